@@ -1,0 +1,1 @@
+"""The Dash app: layout and callbacks only; every figure comes from tracekit.figures."""

@@ -1,0 +1,90 @@
+"""The CLI as a user meets it: one-line errors with exit status 2, no traceback, nothing half-written."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import HTA, run_cli
+
+
+def assert_one_line_error(proc, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert lines[0].startswith("tracekit: ")
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_missing_folder(tmp_path):
+    proc = run_cli("analyze", str(tmp_path / "nope"))
+    assert_one_line_error(proc, "nope", "no such file")
+
+
+def test_folder_without_traces(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    proc = run_cli("analyze", str(tmp_path))
+    assert_one_line_error(proc, str(tmp_path), "no Kineto trace")
+
+
+@pytest.mark.parametrize(
+    "name,content",
+    [
+        ("empty.json.gz", b""),
+        ("truncated.json.gz", gzip.compress(json.dumps({"traceEvents": [{"ph": "X"}] * 50}).encode())[:40]),
+        ("corrupt.json.gz", b"\x1f\x8b\x08\x00garbage-garbage-garbage"),
+        ("truncated.json", b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2'),
+        ("not_a_trace.json", b'{"hello": "world"}'),
+        ("a_list.json", b"[1, 2, 3]"),
+    ],
+)
+def test_bad_trace_files(tmp_path, name, content):
+    f = tmp_path / name
+    f.write_bytes(content)
+    proc = run_cli("analyze", str(f))
+    assert_one_line_error(proc, name)
+    assert not (tmp_path / (name + ".analysis")).exists(), "nothing half-written"
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_damaged_run_json(tmp_path):
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "run.json").write_text("{not json")
+    proc = run_cli("analyze", str(run))
+    assert_one_line_error(proc, "run.json", "damaged")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_output_suggests_out(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    proc = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(ro / "analysis"))
+    assert_one_line_error(proc, "--out")
+
+
+def test_read_only_input_folder_needs_out_and_works_with_it(tmp_path):
+    """The shared HTA folder is read-only in CI: writing beside it fails clearly, --out works."""
+    refused = run_cli("analyze", str(HTA / "trace_filter"))
+    assert_one_line_error(refused, "--out", "read-only")
+    assert sorted(p.name for p in (HTA / "trace_filter").iterdir()) == ["sampled_rank-0.json.gz", "sampled_rank-1.json.gz"]
+    out = tmp_path / "analysis"
+    proc = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    for table in ("ranks", "timeline", "collectives", "events"):
+        assert (out / f"{table}.parquet").is_file()
+    assert "rank" in proc.stdout and "compute" in proc.stdout
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folders left"
+
+
+def test_unknown_command_and_bad_option_exit_2():
+    assert run_cli("frobnicate").returncode == 2
+    assert run_cli("analyze", str(HTA), "--ranks", "x,y").returncode == 2

@@ -1,0 +1,127 @@
+"""The interval algebra on hand-built traces whose every number is known in advance."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tracekit import timeline
+from tracekit.analyses import breakdown
+from tracekit.events import EVENT_SCHEMA
+
+
+def ev(rank, name, start, end, *, cat="cpu_op", kind="compute", tid="1", device="cpu",
+       thread_name=None, correlation=None, op=None):
+    row = {k: None for k in EVENT_SCHEMA}
+    row.update(rank=rank, name=name, start_ns=start, end_ns=end, cat=cat, kind=kind, tid=tid,
+               pid="100", device=device, thread_name=thread_name, correlation=correlation, op=op,
+               stream=int(tid) if device == "gpu" else None)
+    return row
+
+
+def frame(rows):
+    return pl.DataFrame(rows, schema=EVENT_SCHEMA)
+
+
+CPU_RANK = [
+    ev(0, "ProfilerStep#1", 0, 100, cat="user_annotation", kind="annotation"),
+    ev(0, "ProfilerStep#2", 100, 200, cat="user_annotation", kind="annotation"),
+    ev(0, "aten::linear", 10, 40),
+    ev(0, "aten::addmm", 20, 30),                      # nested: counted once
+    ev(0, "aten::mm", 50, 60),
+    ev(0, "c10d::allreduce_", 60, 65, kind="communication", op="all_reduce"),
+    ev(0, "aten::add_", 110, 150),
+    ev(0, "gloo:all_reduce", 30, 80, cat="user_annotation", kind="communication", tid="2",
+       thread_name="thread 2 (pt_gloo_runloop)", op="all_reduce"),
+    ev(0, "aten::copy_", 35, 45, tid="2", thread_name="thread 2 (pt_gloo_runloop)"),  # runloop op: not compute
+    ev(0, "gloo:send", 160, 190, cat="user_annotation", kind="communication", op="send"),
+    ev(0, "aten::view", 170, 175),                     # inside a blocking send: not compute
+]
+
+GPU_RANK = [
+    ev(1, "ProfilerStep#1", 0, 1000, cat="user_annotation", kind="annotation"),
+    ev(1, "ProfilerStep#2", 1000, 2000, cat="user_annotation", kind="annotation"),
+    ev(1, "ProfilerStep#3", 2000, 2500, cat="user_annotation", kind="annotation"),  # cut short
+    ev(1, "cudaLaunchKernel", 50, 55, cat="cuda_runtime", kind="runtime", correlation=1),
+    ev(1, "cudaLaunchKernel", 60, 65, cat="cuda_runtime", kind="runtime", correlation=2),
+    ev(1, "cudaMemcpyAsync", 500, 505, cat="cuda_runtime", kind="runtime", correlation=3),
+    ev(1, "cudaLaunchKernel", 2050, 2055, cat="cuda_runtime", kind="runtime", correlation=4),
+    ev(1, "cudaLaunchKernel", 1400, 1405, cat="cuda_runtime", kind="runtime", correlation=5),
+    ev(1, "gemm", 100, 300, cat="kernel", device="gpu", tid="7", correlation=1),
+    ev(1, "ncclKernel_AllReduce_RING_LL", 200, 500, cat="kernel", kind="communication", device="gpu",
+       tid="8", correlation=2, op="all_reduce"),
+    ev(1, "Memcpy DtoD", 600, 700, cat="gpu_memcpy", kind="memory", device="gpu", tid="7", correlation=3),
+    ev(1, "gemm", 2100, 2300, cat="kernel", device="gpu", tid="7", correlation=4),   # launched in last step
+    ev(1, "relu", 1500, 1600, cat="kernel", device="gpu", tid="7", correlation=5),
+]
+
+
+def run_pipeline(rows, gpu_ranks):
+    events = frame(rows)
+    windows = timeline.analysis_windows(events, gpu_ranks)
+    iv = timeline.intervals(events, windows, gpu_ranks)
+    windows = timeline.refine_gpu_windows(windows, iv, gpu_ranks)
+    seg = timeline.segments(iv, windows)
+    return events, windows, seg
+
+
+def test_cpu_rank_every_number_exact():
+    events, windows, seg = run_pipeline(CPU_RANK, set())
+    w = windows.row(0, named=True)
+    assert (w["kind"], w["steps"], w["start_ns"], w["end_ns"]) == ("complete_steps", 2, 0, 200)
+    totals = breakdown.state_totals(seg).row(0, named=True)
+    # compute [10,40]+[50,60]+[110,150] minus [170,175] inside gloo:send = 80; of it [30,40],[50,60] under comm
+    assert totals["overlap"] == 20
+    assert totals["compute"] == 60
+    # comm [30,80] u [60,65] u [160,190] = 80, exposed = 60
+    assert totals["comm"] == 60
+    assert totals["other"] == 0
+    assert totals["idle"] == 60  # [0,10] [80,110] [150,160] [190,200]
+    table = breakdown.rank_breakdown(seg, windows, timeline.step_markers(events), {0: 0}).row(0, named=True)
+    assert table["span_s"] == pytest.approx(200e-9)
+    assert table["compute_s"] == pytest.approx(80e-9)
+    assert table["comm_s"] == pytest.approx(80e-9)
+    assert table["overlap_s"] == pytest.approx(20e-9)
+    assert table["exposed_comm_s"] == pytest.approx(60e-9)
+    assert table["idle_s"] == pytest.approx(60e-9)
+    assert table["step_time_s"] == pytest.approx(100e-9)
+
+
+def test_runloop_thread_found_by_name_and_by_content():
+    events = frame(CPU_RANK)
+    loops = timeline.runloop_threads(events)
+    assert loops.select("rank", "tid").rows() == [(0, "2")]
+    unnamed = events.with_columns(pl.lit(None, pl.Utf8).alias("thread_name")).filter(pl.col("name") != "aten::copy_")
+    assert timeline.runloop_threads(unnamed).select("rank", "tid").rows() == [(0, "2")]
+
+
+def test_gpu_rank_hta_rules():
+    events, windows, seg = run_pipeline(GPU_RANK, {1})
+    w = windows.row(0, named=True)
+    # two complete steps; span from the first to the last kept GPU event
+    assert (w["kind"], w["steps"], w["start_ns"], w["end_ns"]) == ("complete_steps", 2, 100, 1600)
+    totals = breakdown.state_totals(seg).row(0, named=True)
+    assert totals["compute"] + totals["overlap"] == 300
+    assert totals["overlap"] == 100
+    assert totals["comm"] == 200
+    assert totals["other"] == 100
+    assert totals["idle"] == 1500 - 300 - 200 - 100
+
+
+def test_two_ranks_together_and_sum_identity():
+    events, windows, seg = run_pipeline(CPU_RANK + GPU_RANK, {1})
+    table = breakdown.rank_breakdown(seg, windows, timeline.step_markers(events), {0: 0, 1: 1})
+    for r in table.iter_rows(named=True):
+        total = r["compute_s"] + r["exposed_comm_s"] + r["other_s"] + r["idle_s"]
+        assert total == pytest.approx(r["span_s"], rel=1e-12)
+    assert table["node"].to_list() == [0, 1]
+
+
+def test_trace_without_step_markers_uses_whole_trace():
+    rows = [r for r in CPU_RANK if not r["name"].startswith("ProfilerStep")]
+    events, windows, seg = run_pipeline(rows, set())
+    w = windows.row(0, named=True)
+    assert (w["kind"], w["start_ns"], w["end_ns"]) == ("whole_trace", 10, 190)
+    merged = timeline.merge_states(seg)
+    assert merged["start_ns"].min() == 10 and merged["end_ns"].max() == 190
+    # merged segments tile the window without gaps
+    assert (merged["start_ns"].shift(-1).drop_nulls() == merged["end_ns"].head(merged.height - 1)).all()

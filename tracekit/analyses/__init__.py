@@ -1,0 +1,1 @@
+"""Analyses: pure functions from the events and timeline frames to summary sections."""

@@ -1,0 +1,42 @@
+"""Closed forms from the papers, beside which measurements are shown (DESIGN.md "Theory").
+
+Psi = parameter count, N (or n) = data-parallel degree, p = pipeline stages, m = microbatches.
+"""
+from __future__ import annotations
+
+# Model-state bytes per parameter: (replicated part, sharded part divided by N).
+# bf16-mixed Adam (ZeRO paper, K=12): 2 bytes params + 2 grads + 12 optimizer (fp32 master + 2 moments).
+# fp32 Adam: 4 params + 4 grads + 8 optimizer (2 moments).
+_MODEL_STATES = {
+    "fp32": {"dp": (16, 0), "zero1": (8, 8), "zero2": (4, 12), "zero3": (0, 16)},
+    "bf16-mixed": {"dp": (16, 0), "zero1": (4, 12), "zero2": (2, 14), "zero3": (0, 16)},
+}
+_FORMULA = {
+    "fp32": {"dp": "16Psi", "zero1": "8Psi+8Psi/N", "zero2": "4Psi+12Psi/N", "zero3": "16Psi/N"},
+    "bf16-mixed": {"dp": "16Psi", "zero1": "4Psi+12Psi/N", "zero2": "2Psi+14Psi/N", "zero3": "16Psi/N"},
+}
+_STRATEGY_FAMILY = {"dp": "dp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3", "fsdp": "zero3"}
+
+
+def model_states_bytes(strategy: str, precision: str, psi: int, n: int) -> dict | None:
+    """{model_states_bytes, formula} per rank, or None when the paper gives no formula for it."""
+    family = _STRATEGY_FAMILY.get(strategy)
+    table = _MODEL_STATES.get(precision)
+    if family is None or table is None or psi <= 0 or n <= 0:
+        return None
+    replicated, sharded = table[family]
+    return {
+        "model_states_bytes": int(round(replicated * psi + sharded * psi / n)),
+        "formula": _FORMULA[precision][family],
+    }
+
+
+def pipeline_bubble_fraction(p: int, m: int) -> float:
+    """GPipe / 1F1B bubble as a fraction of the step: (p-1)/(m+p-1) (arXiv:1811.06965)."""
+    return (p - 1) / (m + p - 1)
+
+
+def ring_volume_per_rank(psi_bytes: int, n: int, stage: str = "dp") -> float:
+    """Bytes each rank sends per step under ideal rings: DP/ZeRO-1/2 2Psi(n-1)/n, ZeRO-3 3Psi(n-1)/n."""
+    factor = 3 if stage == "zero3" else 2
+    return factor * psi_bytes * (n - 1) / n
