@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import polars as pl
 
@@ -22,6 +22,31 @@ from tracekit.analyses import breakdown, collectives
 from tracekit.errors import TracekitError
 from tracekit.ingest.kineto import TraceInfo, read_traces
 from tracekit.topology import node_of_ranks
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What every analysis section gets: the frames of the steps before it, read-only."""
+
+    path: Path
+    run: dict[str, Any] | None
+    infos: list[TraceInfo]
+    events: pl.DataFrame
+    windows: pl.DataFrame        # rank, kind, steps, start_ns, end_ns, cutoff_ns
+    segments: pl.DataFrame       # elementary timeline segments with state (timeline.segments)
+    markers: pl.DataFrame        # ProfilerStep markers: rank, step, start_ns, end_ns
+    collectives: pl.DataFrame    # one row per collective call per rank
+    nodes: dict[int, int]        # rank -> node
+
+
+# A section: Inputs -> (summary value or None, extra frames, warnings). Each analysis module
+# contributes one entry; the summary key is the DESIGN.md name.
+Section = Callable[[Inputs], "tuple[Any, dict[str, pl.DataFrame], list[str]]"]
+
+
+def _sections() -> dict[str, Section]:
+    """summary key -> section builder (imported lazily so one broken analysis names itself)."""
+    return {}
 
 
 @dataclass
@@ -36,9 +61,11 @@ class Analysis:
     collectives: pl.DataFrame    # one row per collective call per rank
     infos: list[TraceInfo] = field(default_factory=list)
     run: dict[str, Any] | None = None
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)   # from the sections: pipeline_ops, ...
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {"ranks": self.ranks, "timeline": self.timeline, "collectives": self.collectives, "events": self.events}
+        return {"ranks": self.ranks, "timeline": self.timeline, "collectives": self.collectives,
+                "events": self.events, **self.frames}
 
 
 def _select_ranks(files: list[Path], ranks: Sequence[int] | None) -> list[Path]:
@@ -62,7 +89,7 @@ def _memory_section(path: Path, run: dict | None, ranks: list[int]) -> dict[str,
     if not per_rank:
         return None
     cfg = run.get("config") or {}
-    psi = int(cfg.get("param_count") or 0)
+    psi = int(cfg.get("params") or cfg.get("param_count") or 0)
     dp_degree = int(cfg.get("dp_degree") or run.get("world_size") or 1)
     return {
         "per_rank": per_rank,
@@ -118,6 +145,15 @@ def analyze(
     coll, coll_warn = collectives.collectives_table(events, windows, group_sizes)
     warnings.extend(coll_warn)
 
+    inputs = Inputs(path, run, infos, events, windows, seg, markers, coll, nodes)
+    sections: dict[str, Any] = {"pipeline": None, "overlap": None, "traffic": None}
+    frames: dict[str, pl.DataFrame] = {}
+    for key, build in _sections().items():
+        value, extra, section_warnings = build(inputs)
+        sections[key] = value
+        frames.update(extra)
+        warnings.extend(section_warnings)
+
     kinds = windows["kind"].unique().to_list()
     summary: dict[str, Any] = {
         "schema_version": runfolder.SUMMARY_SCHEMA_VERSION,
@@ -135,10 +171,11 @@ def analyze(
         "ranks": [{k: _finite(v) for k, v in row.items()} for row in rank_table.to_dicts()],
         "collectives": collectives.collectives_summary(coll),
         "memory": _memory_section(path, run, rank_ids) if path.is_dir() else None,
-        "pipeline": None,
-        "overlap": None,
-        "traffic": None,
+        **sections,
     }
+    steps = summary["window"]["steps"]
+    summary["collectives"]["ideal_bytes_per_rank_per_step"] = (
+        summary["collectives"]["ideal_bytes_per_rank"] / steps if steps else None)
     return Analysis(
         path=path,
         summary=summary,
@@ -148,6 +185,7 @@ def analyze(
         collectives=coll,
         infos=infos,
         run=run,
+        frames=frames,
     )
 
 

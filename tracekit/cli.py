@@ -87,8 +87,15 @@ def run_cmd(strategy: str, **opts) -> None:
     from tracekit.launch import RunOptions, run_job
 
     given = {k: v for k, v in opts.items() if v is not None and v is not False}
+    from tracekit.runfolder import load_run_json
+
     run_dir = run_job(RunOptions(strategy=strategy, **given))
+    status = (load_run_json(run_dir) or {}).get("status")
     click.echo(str(run_dir))
+    if status != "ok":
+        # the run folder keeps what survived; its path stays the last line of stdout
+        print(f"tracekit: {run_dir}: run {status}; see run.json errors and logs/", file=sys.stderr)
+        sys.exit(1)
 
 
 @cli.command("analyze")

@@ -87,7 +87,7 @@ def find_trace_files(path: Path) -> list[Path]:
         root = traces_dir(path)
         files = sorted(p for p in root.glob("*") if is_trace_file(p)) if root.is_dir() else []
         return files
-    skip = {"analysis", "memory", "train", "nccl"}
+    skip = {"analysis", "memory", "train", "nccl", "logs"}
     files = []
     for p in sorted(path.rglob("*")):
         rel = p.relative_to(path).parts
@@ -129,6 +129,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, default=str)
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; run folders are shared with colleagues
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

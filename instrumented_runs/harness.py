@@ -1,0 +1,297 @@
+"""What every strategy's ``main()`` calls: options, process group, run folder, profiled loop.
+
+    def main(argv=None):
+        ctx = harness.start("dp", argv)                  # parse, init, run folder, run.json
+        ...build the model and the strategy's state...
+        losses = harness.train(ctx, step_fn)             # W warm-up steps, then S profiled steps
+        harness.finish(ctx, losses, params=model.state_dict())
+
+    if __name__ == "__main__":
+        harness.entrypoint(main)
+
+Runs the same under ``tracekit run`` (which creates the run folder and passes ``--run-dir``) and
+under plain ``torchrun --nproc-per-node N -m instrumented_runs.<strategy> [--out DIR]`` (rank 0
+creates ``DIR/<strategy>-<stamp>`` and broadcasts it); started with plain ``python -m`` it is a
+one-rank job. Rank 0 writes run.json (status "running", then "ok"); every rank writes its trace,
+memory/, train/ and flight-recorder files. Progress goes to stderr only.
+
+Test hooks: ``--fail-rank R`` (or TRACEKIT_FAIL_RANK=R) makes rank R raise at step
+``--fail-step`` (default 0); TRACEKIT_SAVE_PARAMS=1 makes every rank save its final parameters.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.distributed as dist
+
+from instrumented_runs.data import global_batch, rank_slice
+from instrumented_runs.model import GPTConfig
+from tracekit import capture, runfolder
+
+OPTIONAL_OPTIONS = ("microbatches", "prefetch")   # used only by the strategies that declare them
+DEFAULT_GLOBAL_BATCH = 8
+
+
+def build_parser(strategy: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"instrumented_runs.{strategy}", description=f"{strategy} reference run")
+    p.add_argument("--steps", type=int, default=3, help="profiled steps (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="unprofiled warm-up steps (default 1)")
+    p.add_argument("--microbatches", type=int, default=None)
+    p.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32")
+    p.add_argument("--prefetch", type=int, choices=(0, 1, 2), default=None)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: gloo on cpu, nccl on cuda")
+    p.add_argument("--run-dir", type=Path, default=None, help="the run folder (created by the launcher)")
+    p.add_argument("--out", type=Path, default=Path("runs"), help="parent of a new run folder (default ./runs)")
+    p.add_argument("--nodes", type=int, default=int(os.environ.get("GROUP_WORLD_SIZE", "1")))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--global-batch", type=int, default=DEFAULT_GLOBAL_BATCH, help="sequences per step, all ranks")
+    p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--fail-step", type=int, default=0, help=argparse.SUPPRESS)
+    return p
+
+
+def parse_args(strategy: str, argv: list[str] | None, uses: Iterable[str], precisions: Iterable[str]) -> argparse.Namespace:
+    """Parse and validate; an option the strategy does not use is an error (exit 2)."""
+    parser = build_parser(strategy)
+    args = parser.parse_args(argv)
+    for name in OPTIONAL_OPTIONS:
+        if getattr(args, name) is not None and name not in set(uses):
+            parser.error(f"--{name} is not used by {strategy}")
+    if args.precision not in set(precisions):
+        parser.error(f"--precision {args.precision} is not supported for {strategy} yet")
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be >= 1 and --warmup >= 0")
+    if args.backend is None:
+        args.backend = "nccl" if args.device == "cuda" else "gloo"
+    if args.backend == "nccl" and args.device != "cuda":
+        parser.error("--backend nccl needs --device cuda")
+    if args.fail_rank is None and os.environ.get("TRACEKIT_FAIL_RANK"):
+        args.fail_rank = int(os.environ["TRACEKIT_FAIL_RANK"])
+    return args
+
+
+@dataclass
+class Context:
+    """One rank's view of the job; strategies read it, the harness fills it."""
+
+    strategy: str
+    args: argparse.Namespace
+    rank: int
+    world_size: int
+    local_rank: int
+    node: int
+    host: str
+    device: torch.device
+    group: dist.ProcessGroup          # the world group, for the strategy's collectives
+    meta_group: dist.ProcessGroup     # a gloo group for Python objects and barriers
+    run: Path
+    model_config: GPTConfig = field(default_factory=GPTConfig)
+    memory: dict[str, Any] | None = None
+    strategy_options: dict[str, Any] = field(default_factory=dict)
+    step_times: list[float] = field(default_factory=list)
+    topology: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def total_steps(self) -> int:
+        return self.args.warmup + self.args.steps
+
+    @property
+    def memory_step(self) -> int:
+        """DESIGN "Memory": just before optimizer.step() of a step after the first."""
+        return 1 if self.total_steps > 1 else 0
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global batch of ``step`` on this rank's device."""
+        tokens, targets = global_batch(step, self.model_config, self.args.global_batch, self.args.seed)
+        return tokens.to(self.device), targets.to(self.device)
+
+    def dp_batch(self, step: int, dp_rank: int, dp_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This data-parallel rank's contiguous slice of the global batch."""
+        tokens, targets = self.batch(step)
+        return rank_slice(tokens, dp_rank, dp_size), rank_slice(targets, dp_rank, dp_size)
+
+    def count_memory(self, step: int, params: Iterable[torch.Tensor], grads: Iterable[torch.Tensor | None],
+                     optimizer: Any, **kwargs: Any) -> None:
+        """Count model states if ``step`` is the memory step (call it just before optimizer.step())."""
+        if step == self.memory_step:
+            self.memory = capture.model_states(params, grads, optimizer, step=step, **kwargs)
+
+
+# --- setup --------------------------------------------------------------------------------------
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _single_process_env() -> None:
+    """Plain ``python -m``: a one-rank job on a free local port."""
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def _nccl_logging(run: Path) -> None:
+    """NCCL logs into <run>/nccl/ (set before the first NCCL call creates a communicator)."""
+    os.environ.setdefault("NCCL_DEBUG", "INFO")
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,TUNING")
+    os.environ.setdefault("NCCL_DEBUG_FILE", str(runfolder.nccl_dir(run) / "%h.%p.log"))
+
+
+def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    a = ctx.args
+    return {
+        "schema_version": runfolder.RUN_SCHEMA_VERSION,
+        "strategy": ctx.strategy,
+        "config": {
+            "steps": a.steps, "warmup": a.warmup, "microbatches": a.microbatches, "precision": a.precision,
+            "prefetch": a.prefetch, "device": a.device, "backend": a.backend, "nodes": a.nodes,
+            "nproc": ctx.world_size, "seed": a.seed, "global_batch_size": a.global_batch,
+            "model": ctx.model_config.as_dict(), "params": ctx.model_config.n_params(),
+            "strategy_options": ctx.strategy_options, "memory_step": ctx.memory_step,
+        },
+        "world_size": ctx.world_size,
+        "backend": a.backend,
+        "device": a.device,
+        "precision": a.precision,
+        "versions": capture.versions(),
+        "environment": capture.environment(
+            gpu=torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else None),
+        "topology": topology,
+        "status": status,
+        "errors": [],
+    }
+
+
+def _exit_on_sigterm() -> None:
+    """torchrun (after another rank failed) and the launcher (timeout, Ctrl-C) stop ranks with
+    SIGTERM: turn the first one into SystemExit so the profiler writes what it recorded and the
+    flight recorder is dumped; a second SIGTERM kills at once."""
+    def handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] = (),
+          precisions: Iterable[str] = ("fp32",)) -> Context:
+    """Parse options, join the process group, agree on the run folder, write run.json (rank 0)."""
+    args = parse_args(strategy, argv, uses, precisions)
+    _exit_on_sigterm()
+    torch.set_num_threads(1)   # torchrun sets OMP_NUM_THREADS=1, but not every launcher does
+    _single_process_env()
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if world_size % args.nodes:
+        raise SystemExit(f"{strategy}: world size {world_size} does not divide by --nodes {args.nodes}")
+    if args.global_batch % world_size:
+        raise SystemExit(f"{strategy}: --global-batch {args.global_batch} does not divide by {world_size} ranks")
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    if args.run_dir is not None and args.backend == "nccl":
+        _nccl_logging(args.run_dir)
+    dist.init_process_group(backend=args.backend, timeout=timedelta(minutes=10))
+    group = dist.group.WORLD
+    meta_group = group if args.backend == "gloo" else dist.new_group(backend="gloo", group_desc="tracekit_meta")
+
+    # phase: agree on the run folder (rank 0 creates it unless the launcher did)
+    box: list[Any] = [str(args.run_dir) if args.run_dir else None]
+    if box[0] is None and rank == 0:
+        box[0] = str(runfolder.new_run_dir(args.out, strategy, time.strftime("%Y%m%d-%H%M%S")))
+    dist.broadcast_object_list(box, src=0, group=meta_group)
+    run = Path(box[0])
+    run.mkdir(parents=True, exist_ok=True)
+    if args.backend == "nccl":
+        runfolder.nccl_dir(run).mkdir(parents=True, exist_ok=True)
+        _nccl_logging(run)
+
+    # phase: topology, contiguous placement: node = rank // (world_size / nodes)
+    host = socket.gethostname()
+    node = rank // (world_size // args.nodes)
+    me = {"rank": rank, "node": node, "host": host, "local_rank": local_rank}
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, me, group=meta_group)
+    ctx = Context(strategy, args, rank, world_size, local_rank, node, host, device, group, meta_group, run)
+    ctx.topology = sorted(everyone, key=lambda r: r["rank"])
+    if rank == 0:
+        runfolder.write_json_atomic(runfolder.run_json_path(run), _run_json(ctx, ctx.topology, "running"))
+        _log(f"[{strategy}] {world_size} ranks, {args.backend} on {args.device}, run folder {run}")
+    return ctx
+
+
+# --- the loop -----------------------------------------------------------------------------------
+
+
+def _one_step(ctx: Context, k: int, step_fn: Callable[[int], float], losses: list[float]) -> None:
+    if ctx.args.fail_rank == ctx.rank and ctx.args.fail_step == k:
+        raise RuntimeError(f"injected failure on rank {ctx.rank} at step {k} (test hook)")
+    t0 = time.perf_counter()
+    loss = float(step_fn(k))
+    ctx.step_times.append(time.perf_counter() - t0)
+    losses.append(loss)
+    if ctx.rank == 0:
+        kind = "warm-up" if k < ctx.args.warmup else "profiled"
+        _log(f"[{ctx.strategy}] step {k} ({kind}) loss {loss:.4f} {ctx.step_times[-1] * 1e3:.1f} ms")
+
+
+def train(ctx: Context, step_fn: Callable[[int], float]) -> list[float]:
+    """Run W unprofiled warm-up steps, then S steps under the profiler; this rank's losses per step."""
+    losses: list[float] = []
+    try:
+        # phase: warm-up (allocators, gloo connections, autograd caches), not traced
+        for k in range(ctx.args.warmup):
+            _one_step(ctx, k, step_fn, losses)
+        dist.barrier(group=ctx.meta_group)   # line the ranks up before the traced window
+        # phase: profiled steps, one ProfilerStep#<n> each
+        with capture.profile(ctx.run, ctx.rank, ctx.args.steps, ctx.device.type) as prof:
+            for k in range(ctx.args.warmup, ctx.total_steps):
+                _one_step(ctx, k, step_fn, losses)
+                prof.step()
+    except BaseException:
+        capture.dump_flight_recorder(ctx.run, ctx.rank)   # most useful exactly when something broke
+        raise
+    return losses
+
+
+def finish(ctx: Context, losses: list[float], params: dict[str, torch.Tensor] | None = None) -> None:
+    """Write train/, memory/, flight recorder; rank 0 marks run.json ok; leave the group cleanly."""
+    w = ctx.args.warmup
+    capture.write_train(ctx.run, ctx.rank, losses, step_times_s=ctx.step_times,
+                        profiled=[k >= w for k in range(len(losses))], warmup=w, steps=ctx.args.steps)
+    if ctx.memory is not None:
+        capture.write_memory(ctx.run, ctx.rank, ctx.memory)
+    if params is not None and os.environ.get("TRACEKIT_SAVE_PARAMS") == "1":
+        capture.save_params(ctx.run, ctx.rank, params)
+    capture.dump_flight_recorder(ctx.run, ctx.rank)
+    dist.barrier(group=ctx.meta_group)   # every rank's files are written before "ok"
+    if ctx.rank == 0:
+        data = runfolder.load_run_json(ctx.run) or _run_json(ctx, ctx.topology, "running")
+        data["config"]["strategy_options"] = ctx.strategy_options
+        data["status"] = "ok"
+        runfolder.write_json_atomic(runfolder.run_json_path(ctx.run), data)
+        _log(f"[{ctx.strategy}] done: {ctx.run}")
+    dist.destroy_process_group()
+
+
+def entrypoint(main: Callable[[], None]) -> None:
+    """Run ``main`` so that torchrun records a rank's exception in its error file."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(main)()

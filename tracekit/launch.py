@@ -1,0 +1,391 @@
+"""`tracekit run`: validate the options, start torchrun, watch it, finalise run.json.
+
+    run_job(RunOptions("dp", nproc=2, steps=3)) -> Path of the run folder
+
+The ranks run as ``python -m torch.distributed.run --standalone --nproc-per-node N
+--log-dir <run>/logs/torchrun --tee 3 -m <strategy module> --run-dir <run> ...`` in a session of
+their own; their output is copied to ``log`` (stderr) and to ``<run>/logs/launcher.log``, and
+afterwards each rank's stdout, stderr and error file are moved to ``<run>/logs/rank<R>.*``.
+A rank that raises leaves torchrun's error file (the strategies' entry points use
+``torch.distributed.elastic...errors.record``); the launcher turns those, and torchrun's failure
+summary for ranks killed by a signal, into run.json ``errors`` with status "failed". On
+``timeout`` every process of the job is killed and the status is "timeout"; Ctrl-C kills them too.
+If rank 0 never wrote run.json the launcher writes it; traces that did get written are kept.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from tracekit import runfolder
+from tracekit.errors import TracekitError
+
+OPTIONAL_OPTIONS = ("microbatches", "prefetch")
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$")
+_KILL_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """How to start a strategy and which optional options it uses."""
+
+    module: str
+    uses: frozenset[str] = frozenset()
+    precisions: frozenset[str] = frozenset({"fp32"})
+
+
+STRATEGIES: dict[str, StrategySpec] = {
+    "dp": StrategySpec("instrumented_runs.dp", precisions=frozenset({"fp32", "bf16-mixed"})),
+}
+
+
+@dataclass
+class RunOptions:
+    strategy: str
+    nproc: int = 2
+    nodes: int = 1
+    steps: int = 3
+    warmup: int = 1
+    microbatches: int | None = None
+    precision: str = "fp32"
+    prefetch: int | None = None
+    device: str = "cpu"
+    backend: str | None = None
+    timeout: float | None = None
+    emulate_network: bool = False
+    inter_node_bandwidth: str = "1gbit"
+    out: Path = field(default=Path("runs"))
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+def validate(opts: RunOptions) -> StrategySpec:
+    """The strategy's spec, or a one-line TracekitError naming the bad option."""
+    spec = STRATEGIES.get(opts.strategy)
+    if spec is None:
+        raise TracekitError(f"unknown strategy {opts.strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
+    for name in OPTIONAL_OPTIONS:
+        if getattr(opts, name) is not None and name not in spec.uses:
+            raise TracekitError(f"--{name} is not used by {opts.strategy}")
+    if opts.nproc < 1 or opts.nodes < 1:
+        raise TracekitError("--nproc and --nodes must be at least 1")
+    if opts.nproc % opts.nodes:
+        raise TracekitError(f"--nproc {opts.nproc} does not divide by --nodes {opts.nodes}")
+    if opts.steps < 1 or opts.warmup < 0:
+        raise TracekitError("--steps must be at least 1 and --warmup at least 0")
+    if opts.microbatches is not None and opts.microbatches < 1:
+        raise TracekitError("--microbatches must be at least 1")
+    if opts.prefetch is not None and opts.prefetch not in (0, 1, 2):
+        raise TracekitError("--prefetch must be 0, 1 or 2")
+    if opts.precision not in ("fp32", "bf16-mixed"):
+        raise TracekitError(f"--precision must be fp32 or bf16-mixed, not {opts.precision!r}")
+    if opts.precision not in spec.precisions:
+        raise TracekitError(f"--precision {opts.precision} is not supported for {opts.strategy} yet")
+    if opts.device not in ("cpu", "cuda"):
+        raise TracekitError(f"--device must be cpu or cuda, not {opts.device!r}")
+    if opts.backend not in (None, "gloo", "nccl"):
+        raise TracekitError(f"--backend must be gloo or nccl, not {opts.backend!r}")
+    if opts.backend == "nccl" and opts.device != "cuda":
+        raise TracekitError("--backend nccl needs --device cuda")
+    if opts.device == "cuda":
+        import torch
+
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if found == 0:
+            raise TracekitError("--device cuda asked, but this machine has no usable GPU")
+        if opts.nproc > found:
+            raise TracekitError(f"--nproc {opts.nproc} needs {opts.nproc} GPUs, this machine has {found}")
+    if opts.timeout is not None and opts.timeout <= 0:
+        raise TracekitError("--timeout must be a positive number of seconds")
+    if not _RATE.match(str(opts.inter_node_bandwidth)):
+        raise TracekitError(f"--inter-node-bandwidth {opts.inter_node_bandwidth!r} is not a tc rate such as 400mbit or 1gbit")
+    if opts.emulate_network:
+        raise TracekitError("--emulate-network is not supported yet")
+    return spec
+
+
+def backend_of(opts: RunOptions) -> str:
+    return opts.backend or ("nccl" if opts.device == "cuda" else "gloo")
+
+
+def _rank_args(opts: RunOptions, run: Path) -> list[str]:
+    args = ["--run-dir", str(run), "--steps", str(opts.steps), "--warmup", str(opts.warmup),
+            "--precision", opts.precision, "--device", opts.device, "--backend", backend_of(opts),
+            "--nodes", str(opts.nodes)]
+    if opts.microbatches is not None:
+        args += ["--microbatches", str(opts.microbatches)]
+    if opts.prefetch is not None:
+        args += ["--prefetch", str(opts.prefetch)]
+    return args
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+
+def _logs_dir(run: Path) -> Path:
+    return Path(run) / "logs"
+
+
+def _proc_start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    """The same process (same start time) still exists and is not a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[19] == start and fields[0] not in ("Z", "X")
+
+
+def _descendants(root: int) -> list[tuple[int, str | None]]:
+    """(pid, start time) of every live descendant of ``root``, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append((child, _proc_start_time(child)))
+            todo.append(child)
+    return found
+
+
+def _signal(pid: int, sig: int, start: str | None = None) -> None:
+    """Signal a process (its whole group when it leads one), if it is still the same process."""
+    if start is not None and _proc_start_time(pid) != start:
+        return
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_job(proc: subprocess.Popen) -> None:
+    """SIGTERM torchrun and every rank (each in a session of its own); SIGKILL what is left after
+    a grace period (ranks use it to write what their profiler recorded)."""
+    members = [(proc.pid, _proc_start_time(proc.pid)), *_descendants(proc.pid)]
+    for pid, start in members:
+        _signal(pid, signal.SIGTERM, start)
+    deadline = time.monotonic() + _KILL_GRACE_S
+    while time.monotonic() < deadline and any(_alive(p, s) for p, s in members):
+        proc.poll()   # reap torchrun so that its pid does not linger as a zombie
+        time.sleep(0.05)
+    for pid, start in members:
+        _signal(pid, signal.SIGKILL, start)
+    proc.wait()
+
+
+def _pump(stream: TextIO, sinks: list[TextIO], keep: list[str]) -> None:
+    """Copy the job's output, line by line, to every sink and keep it for parsing."""
+    for line in stream:
+        keep.append(line)
+        for sink in sinks:
+            try:
+                sink.write(line)
+                sink.flush()
+            except (OSError, ValueError):
+                pass
+
+
+# --- errors and run.json ------------------------------------------------------------------------
+
+_FAILURE = re.compile(
+    r"rank\s*:\s*(?P<rank>\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)[^\n]*\n"
+    r"\s*error_file:\s*(?P<file>[^\n]*)\n\s*traceback\s*:\s*(?P<tb>[^\n]*)")
+
+
+_ROOT_CAUSE = re.compile(r"Root Cause[^\n]*\n\[\d+\]:\n(?:[^\n]*\n){0,3}?\s*rank\s*:\s*(?P<rank>\d+)")
+
+
+def _collect_rank_logs(run: Path) -> dict[int, dict[str, Any]]:
+    """Move torchrun's per-rank files to logs/rank<R>.*; return the error files' contents by rank."""
+    logs = _logs_dir(run)
+    errors: dict[int, dict[str, Any]] = {}
+    for rank_dir in sorted((logs / "torchrun").glob("*/attempt_*/*")):
+        if not rank_dir.name.isdigit():
+            continue
+        rank = int(rank_dir.name)   # standalone, one host: local rank == global rank
+        for name in ("stdout.log", "stderr.log", "error.json"):
+            src = rank_dir / name
+            if src.is_file():
+                dst = logs / f"rank{rank}.{name}"          # logs/rank1.stderr.log, logs/rank1.error.json
+                shutil.move(str(src), dst)
+                if name == "error.json":
+                    try:
+                        errors[rank] = json.loads(dst.read_text())
+                    except (OSError, ValueError):
+                        errors[rank] = {}
+    shutil.rmtree(logs / "torchrun", ignore_errors=True)
+    return errors
+
+
+def _error_message(content: dict[str, Any]) -> str:
+    msg = content.get("message")
+    if isinstance(msg, dict):
+        msg = msg.get("message")
+    return str(msg) if msg else "the rank raised (no message in its error file)"
+
+
+def _error_time(content: dict[str, Any]) -> float:
+    try:
+        return float(content["message"]["extraInfo"]["timestamp"])
+    except (KeyError, TypeError, ValueError):
+        return float("inf")
+
+
+def _rank_errors(run: Path, output: str) -> list[dict[str, Any]]:
+    """run.json errors, the root cause first: raised exceptions (error files, oldest first), then
+    ranks torchrun saw die otherwise. A peer's "Connection closed by peer" is usually collateral."""
+    files = _collect_rank_logs(run)
+    root = _ROOT_CAUSE.search(output)
+    root_rank = int(root["rank"]) if root else min(files, key=lambda r: (_error_time(files[r]), r), default=None)
+    order = sorted(files, key=lambda r: (r != root_rank, _error_time(files[r]), r))
+    errors = [{"rank": r, "kind": "exception", "message": _error_message(files[r]), "root_cause": r == root_rank}
+              for r in order]
+    seen = set(files)
+    for m in _FAILURE.finditer(output):
+        rank, code = int(m["rank"]), int(m["code"])
+        if rank in seen:
+            continue
+        seen.add(rank)
+        signum = -code if code < 0 else code - 128 if code > 128 else 0   # harness: SIGTERM -> exit 143
+        if signum in signal.Signals._value2member_map_:
+            errors.append({"rank": rank, "kind": "signal", "root_cause": rank == root_rank,
+                           "message": f"stopped by {signal.Signals(signum).name} (exit status {code})"})
+        else:
+            errors.append({"rank": rank, "kind": "exit", "message": f"exit status {code}", "root_cause": rank == root_rank})
+    errors.sort(key=lambda e: not e["root_cause"])   # stable: the root cause first
+    return errors
+
+
+def _fallback_run_json(opts: RunOptions, run: Path) -> dict[str, Any]:
+    """run.json when rank 0 never wrote one: what the launcher knows."""
+    from tracekit import capture
+
+    per_node = opts.nproc // opts.nodes
+    host = socket.gethostname()
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items() if k != "strategy"}
+    return {
+        "schema_version": runfolder.RUN_SCHEMA_VERSION,
+        "strategy": opts.strategy,
+        "config": config,
+        "world_size": opts.nproc,
+        "backend": backend_of(opts),
+        "device": opts.device,
+        "precision": opts.precision,
+        "versions": capture.versions(),
+        "environment": capture.environment(threads_per_rank=1),
+        "topology": [{"rank": r, "node": r // per_node, "host": host, "local_rank": r} for r in range(opts.nproc)],
+        "status": "failed",
+        "errors": [],
+    }
+
+
+def _finalise(opts: RunOptions, run: Path, status: str, errors: list[dict[str, Any]], launch: dict[str, Any]) -> None:
+    for folder in (runfolder.traces_dir(run), runfolder.nccl_dir(run)):
+        for tmp in folder.glob(".*.tmp*"):   # a rank killed while exporting leaves its temporary file
+            tmp.unlink(missing_ok=True)
+    try:
+        data = runfolder.load_run_json(run)
+    except TracekitError:
+        data = None
+    if data is None:
+        data = _fallback_run_json(opts, run)
+        if status == "ok":
+            status = "failed"
+            errors = [*errors, {"rank": 0, "kind": "missing", "message": "rank 0 never wrote run.json"}]
+    data["status"] = status
+    data["errors"] = [*data.get("errors", []), *errors]
+    data["launch"] = launch
+    runfolder.write_json_atomic(runfolder.run_json_path(run), data)
+
+
+# --- the job ------------------------------------------------------------------------------------
+
+
+def _child_env(opts: RunOptions, run: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("TORCHELASTIC_ERROR_FILE", None)
+    root = str(Path(__file__).resolve().parents[1])   # where tracekit and instrumented_runs live
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    if backend_of(opts) == "nccl":
+        env.setdefault("NCCL_DEBUG", "INFO")
+        env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,TUNING")
+        env.setdefault("NCCL_DEBUG_FILE", str(runfolder.nccl_dir(run) / "%h.%p.log"))
+    return env
+
+
+def run_job(opts: RunOptions, log: TextIO = sys.stderr) -> Path:
+    """Run one strategy job; return its run folder (run.json ``status`` tells how it went)."""
+    spec = validate(opts)
+    run = runfolder.new_run_dir(Path(opts.out), opts.strategy, time.strftime("%Y%m%d-%H%M%S")).resolve()
+    logs = _logs_dir(run)
+    logs.mkdir(parents=True, exist_ok=True)
+    if backend_of(opts) == "nccl":
+        runfolder.nccl_dir(run).mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(opts.nproc),
+           "--log-dir", str(logs / "torchrun"), "--tee", "3",
+           "-m", spec.module, *_rank_args(opts, run)]
+    print(f"tracekit: {opts.strategy} on {opts.nproc} ranks -> {run}", file=log, flush=True)
+    t0 = time.monotonic()
+    status, errors, output_lines = "ok", [], []
+    with open(logs / "launcher.log", "w") as log_file:
+        proc = subprocess.Popen(cmd, env=_child_env(opts, run), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+        pump = threading.Thread(target=_pump, args=(proc.stdout, [log, log_file], output_lines), daemon=True)
+        pump.start()
+        try:
+            proc.wait(timeout=opts.timeout)
+        except subprocess.TimeoutExpired:
+            _kill_job(proc)
+            status = "timeout"
+            errors.append({"rank": None, "kind": "timeout", "message": f"job killed after the {opts.timeout:g} s timeout"})
+        except KeyboardInterrupt:
+            _kill_job(proc)
+            pump.join(timeout=2)
+            _finalise(opts, run, "failed", [{"rank": None, "kind": "interrupted", "message": "interrupted (Ctrl-C)"}],
+                      {"command": cmd, "returncode": proc.returncode, "wall_s": time.monotonic() - t0})
+            raise
+        pump.join(timeout=5)
+    rc = proc.returncode
+    rank_errors = _rank_errors(run, "".join(output_lines))
+    if status == "ok" and rc != 0:
+        status = "failed"
+        errors = rank_errors or [{"rank": None, "kind": "exit", "message": f"torchrun exited with status {rc}"}]
+    elif status == "timeout":
+        errors += rank_errors
+    wall = time.monotonic() - t0
+    _finalise(opts, run, status, errors,
+              {"command": cmd, "returncode": rc, "wall_s": round(wall, 3), "timeout_s": opts.timeout,
+               "emulate_network": opts.emulate_network, "inter_node_bandwidth": opts.inter_node_bandwidth})
+    print(f"tracekit: {opts.strategy} {status} in {wall:.1f} s", file=log, flush=True)
+    return run
