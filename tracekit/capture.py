@@ -172,6 +172,81 @@ def model_states(
     }
 
 
+class ActivationMeter:
+    """Bytes of activations kept for backward: live now, and the peak, on this rank.
+
+    Inside ``with meter:`` every tensor autograd saves for backward passes a pack hook
+    (``torch.autograd.graph.saved_tensors_hooks``); its storage is counted once however many ops
+    save it, and released when autograd drops the last saved reference (after its backward, or
+    when the graph is freed). Parameters (and any tensor in ``exclude``) are model states, not
+    activations, and are skipped. ``peak_bytes`` is what GPipe-vs-1F1B and activation
+    checkpointing change; ``reset_peak()`` starts a new measurement (e.g. per step).
+    """
+
+    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+        self._exclude = {_local(t).untyped_storage().data_ptr() for t in exclude}
+        self._live: dict[int, list[int]] = {}   # storage ptr -> [saved references, bytes]
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        self._hooks: Any = None
+
+    def exclude(self, tensors: Iterable[torch.Tensor]) -> None:
+        self._exclude.update(_local(t).untyped_storage().data_ptr() for t in tensors)
+
+    def reset_peak(self) -> None:
+        self.peak_bytes = self.current_bytes
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            return t
+        storage = _local(t).untyped_storage()
+        key = storage.data_ptr()
+        if key in self._exclude or key == 0:
+            return t
+        entry = self._live.get(key)
+        if entry is None:
+            self._live[key] = [1, storage.nbytes()]
+            self.current_bytes += storage.nbytes()
+            self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+        else:
+            entry[0] += 1
+        return _Saved(self, key, t.detach())   # detached: holding an output with its grad_fn would be a cycle
+
+    def _release(self, key: int) -> None:
+        entry = self._live.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.current_bytes -= entry[1]
+            del self._live[key]
+
+    @staticmethod
+    def _unpack(saved: Any) -> torch.Tensor:
+        return saved.tensor if isinstance(saved, _Saved) else saved
+
+    def __enter__(self) -> "ActivationMeter":
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+        self._hooks = None
+
+
+class _Saved:
+    """A saved tensor whose release tells the meter (autograd drops it after use)."""
+
+    __slots__ = ("meter", "key", "tensor")
+
+    def __init__(self, meter: ActivationMeter, key: int, tensor: torch.Tensor) -> None:
+        self.meter, self.key, self.tensor = meter, key, tensor
+
+    def __del__(self) -> None:
+        self.meter._release(self.key)
+
+
 def write_memory(run: Path | str, rank: int, states: dict[str, Any]) -> Path:
     """Write ``memory/rank<R>.json`` (the dict from :func:`model_states`, plus rank and device peak)."""
     data = {"rank": rank, **states}
