@@ -125,3 +125,22 @@ def test_trace_without_step_markers_uses_whole_trace():
     assert merged["start_ns"].min() == 10 and merged["end_ns"].max() == 190
     # merged segments tile the window without gaps
     assert (merged["start_ns"].shift(-1).drop_nulls() == merged["end_ns"].head(merged.height - 1)).all()
+
+
+def test_blocking_wait_inside_an_autograd_op_is_not_compute():
+    """FSDP2 waits for its all-gather inside autograd's evaluate_function op; on gloo the wait
+    leaves no event, so only the communication label around it tells the time apart."""
+    rows = [
+        ev(0, "ProfilerStep#1", 0, 100, cat="user_annotation", kind="annotation"),
+        ev(0, "autograd::engine::evaluate_function: AddmmBackward0", 10, 100),
+        ev(0, "FSDP::pre_backward (blocks.0)", 20, 60, cat="user_annotation", kind="annotation"),
+        ev(0, "aten::copy_", 25, 30),                      # copy-out inside the label: compute
+        ev(0, "gloo:all_gather", 20, 55, cat="user_annotation", kind="communication", tid="2",
+           thread_name="pt_gloo_runloop", op="all_gather"),
+    ]
+    events, windows, seg = run_pipeline(rows, set())
+    totals = breakdown.state_totals(seg).row(0, named=True)
+    assert totals["compute"] + totals["overlap"] == 10 + 5 + 40   # [10,20] [25,30] [60,100]
+    assert totals["overlap"] == 5                                  # [25,30]
+    assert totals["comm"] == 30                                    # [20,25] [30,55] exposed
+    assert totals["idle"] == 10 + 5                                # [0,10] [55,60]

@@ -8,12 +8,19 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tracekit.errors import TracekitError
+# eager on purpose: importing the submodule tracekit.analyze would otherwise replace a lazy
+# function of the same name on the package after its first call
+from tracekit.analyze import Analysis, analyze
 
-__all__ = ["TracekitError", "__version__", "analyze"]
+__all__ = ["Analysis", "StepProfiler", "TracekitError", "__version__", "analyze", "profile", "profiled"]
+
+# the capture API imports torch: loaded on first use so that `tracekit analyze` starts fast
+_PROFILER_NAMES = ("profile", "profiled", "StepProfiler", "Profiler", "ProfileWarning")
 
 
-def analyze(path, **kwargs):  # noqa: ANN001, ANN201 - thin lazy re-export
-    """Analyse a run folder, a folder of Kineto traces or one trace; see tracekit.analyze.analyze."""
-    from tracekit.analyze import analyze as _analyze
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
+    if name in _PROFILER_NAMES:
+        from tracekit import profiler
 
-    return _analyze(path, **kwargs)
+        return getattr(profiler, name)
+    raise AttributeError(f"module 'tracekit' has no attribute {name!r}")

@@ -25,7 +25,7 @@ import polars as pl
 
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 RUNLOOP_THREAD = "pt_gloo_runloop"
-SETS = ("compute", "comm", "other", "excluded")  # excluded: comm calls/waits cut out of compute
+SETS = ("compute", "comm", "other", "excluded", "waitlabel", "inner")  # see _cpu_intervals
 STATES = ("compute", "overlap", "comm", "other", "idle")  # overlap = compute and comm together
 
 
@@ -134,24 +134,53 @@ def _gpu_intervals(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# Labels inside which the compute thread waits for communication: ours (comm:*) and FSDP2's.
+# On gloo a blocking wait leaves no event of its own; inside backward it sits within an
+# ``autograd::engine::evaluate_function`` op, which would otherwise count it as compute.
+WAIT_LABELS = r"^comm:|^FSDP::(all_gather|pre_forward|pre_backward|post_backward_reduce|post_backward_rs_wait)"
+
+
+def _ops_inside(ops: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
+    """The ops that start and end inside one of the labels on the same thread."""
+    if labels.height == 0 or ops.height == 0:
+        return ops.head(0)
+    lab = labels.select("rank", "pid", "tid", pl.col("start_ns").alias("l0"), pl.col("end_ns").alias("l1"))
+    # labels are few (tens per step): an equi-join on the thread, then the containment filter
+    inside = ops.join(lab, on=["rank", "pid", "tid"]).filter(
+        (pl.col("start_ns") >= pl.col("l0")) & (pl.col("end_ns") <= pl.col("l1"))
+    )
+    return inside.select(ops.columns).unique()
+
+
 def _cpu_intervals(events: pl.DataFrame) -> pl.DataFrame:
-    """CPU intervals of CPU-only ranks with their set (compute / comm / excluded)."""
+    """CPU intervals of CPU-only ranks with their set.
+
+    compute: cpu_ops on compute threads; comm: gloo spans and c10d calls; excluded: time inside
+    communication calls; waitlabel/inner: communication labels (WAIT_LABELS) and the ops nested
+    in them — time inside such a label not under a nested op is waiting, not compute.
+    """
     cpu = events.filter(pl.col("device") == "cpu")
     loops = runloop_threads(cpu).with_columns(pl.lit(True).alias("runloop"))
     cpu = cpu.join(loops, on=["rank", "pid", "tid"], how="left").with_columns(
         pl.col("runloop").fill_null(False)
     )
     is_comm_call = (pl.col("cat") == "cpu_op") & (pl.col("kind") == "communication")
-    compute = cpu.filter(
-        (pl.col("cat") == "cpu_op") & (pl.col("kind") == "compute") & ~pl.col("runloop")
-    ).with_columns(pl.lit("compute").alias("set"))
+    ops = cpu.filter((pl.col("cat") == "cpu_op") & ~pl.col("runloop"))
+    compute = ops.filter(pl.col("kind") == "compute").with_columns(pl.lit("compute").alias("set"))
     comm = cpu.filter(
         ((pl.col("cat") == "user_annotation") & (pl.col("kind") == "communication")) | is_comm_call
     ).with_columns(pl.lit("comm").alias("set"))
     excluded = cpu.filter(
         is_comm_call | ((pl.col("kind") == "communication") & ~pl.col("runloop"))
     ).with_columns(pl.lit("excluded").alias("set"))
-    return pl.concat([compute, comm, excluded]).select("rank", "start_ns", "end_ns", "set")
+    wait_labels = cpu.filter(
+        (pl.col("cat") == "user_annotation") & ~pl.col("runloop") & pl.col("name").str.contains(WAIT_LABELS)
+    )
+    inner = _ops_inside(compute, wait_labels).with_columns(pl.lit("inner").alias("set"))
+    return pl.concat(
+        [f.select("rank", "start_ns", "end_ns", "set") for f in
+         (compute, comm, excluded, wait_labels.with_columns(pl.lit("waitlabel").alias("set")), inner)]
+    )
 
 
 def intervals(events: pl.DataFrame, windows: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
@@ -220,7 +249,8 @@ def segments(iv: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     )
     counts = counts.join(windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")), on="rank")
     counts = counts.filter((pl.col("start_ns") >= pl.col("w0")) & (pl.col("end_ns") <= pl.col("w1")))
-    comp = (pl.col("n_compute") > 0) & (pl.col("n_excluded") <= 0)
+    waiting = (pl.col("n_waitlabel") > 0) & (pl.col("n_inner") <= 0)
+    comp = (pl.col("n_compute") > 0) & (pl.col("n_excluded") <= 0) & ~waiting
     comm = pl.col("n_comm") > 0
     return counts.select(
         "rank", "start_ns", "end_ns",
