@@ -32,7 +32,10 @@ STATES = ("compute", "overlap", "comm", "other", "idle")  # overlap = compute an
 def step_markers(events: pl.DataFrame) -> pl.DataFrame:
     """ProfilerStep#N markers per rank: rank, step, start_ns, end_ns (sorted)."""
     return (
-        events.filter(pl.col("name").str.contains(STEP_PATTERN) & (pl.col("device") == "cpu"))
+        # starts_with first: a prefix test on every row is ~10x cheaper than the regex
+        events.select("rank", "device", "name", "start_ns", "end_ns")
+        .filter(pl.col("name").str.starts_with("ProfilerStep#"))
+        .filter(pl.col("name").str.contains(STEP_PATTERN) & (pl.col("device") == "cpu"))
         .select(
             "rank",
             pl.col("name").str.extract(STEP_PATTERN).cast(pl.Int32).alias("step"),
@@ -82,7 +85,8 @@ def analysis_windows(events: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     ranks = events.get_column("rank").unique().sort().to_list()
     by_rank = {r["rank"]: r for r in per_rank.iter_rows(named=True)}
     bounds = (
-        events.filter(pl.col("kind").is_in(["compute", "communication", "memory", "sync"]))
+        events.select("rank", "kind", "start_ns", "end_ns")   # filter copies these 4, not all 20
+        .filter(pl.col("kind").is_in(["compute", "communication", "memory", "sync"]))
         .group_by("rank")
         .agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
     )
@@ -170,11 +174,12 @@ def _cpu_intervals(events: pl.DataFrame) -> pl.DataFrame:
     comm = cpu.filter(
         ((pl.col("cat") == "user_annotation") & (pl.col("kind") == "communication")) | is_comm_call
     ).with_columns(pl.lit("comm").alias("set"))
-    excluded = cpu.filter(
-        is_comm_call | ((pl.col("kind") == "communication") & ~pl.col("runloop"))
-    ).with_columns(pl.lit("excluded").alias("set"))
+    excluded = cpu.filter(is_comm_call).with_columns(pl.lit("excluded").alias("set"))
+    # gloo p2p spans sit on the calling thread and last from isend/irecv to wait(): compute
+    # ops inside them run while the message is in flight; the rest of the span is waiting
     wait_labels = cpu.filter(
-        (pl.col("cat") == "user_annotation") & ~pl.col("runloop") & pl.col("name").str.contains(WAIT_LABELS)
+        (pl.col("cat") == "user_annotation") & ~pl.col("runloop")
+        & (pl.col("name").str.contains(WAIT_LABELS) | (pl.col("kind") == "communication"))
     )
     inner = _ops_inside(compute, wait_labels).with_columns(pl.lit("inner").alias("set"))
     return pl.concat(
@@ -183,14 +188,21 @@ def _cpu_intervals(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# The columns each side of the timeline reads. Filtering a projection copies these, not all 20
+# columns of the events table (at 650k events: a third of the time and memory of the filters).
+_GPU_COLUMNS = ("rank", "device", "kind", "start_ns", "end_ns", "correlation")
+_CPU_COLUMNS = ("rank", "device", "pid", "tid", "thread_name", "cat", "name", "kind", "start_ns", "end_ns")
+
+
 def intervals(events: pl.DataFrame, windows: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     """All classified intervals, clipped to each rank's window: rank, start_ns, end_ns, set."""
     is_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
     parts = []
     if gpu_ranks:
-        parts.append(_gpu_intervals(events.filter(is_gpu), windows))
-    if events.filter(~is_gpu).height:
-        parts.append(_cpu_intervals(events.filter(~is_gpu)))
+        parts.append(_gpu_intervals(events.select(_GPU_COLUMNS).filter(is_gpu), windows))
+    cpu = events.select(_CPU_COLUMNS).filter(~is_gpu)
+    if cpu.height:
+        parts.append(_cpu_intervals(cpu))
     if not parts:
         return pl.DataFrame(schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "set": pl.Utf8})
     iv = pl.concat(parts)
