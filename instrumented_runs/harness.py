@@ -16,7 +16,9 @@ one-rank job. Rank 0 writes run.json (status "running", then "ok"); every rank w
 memory/, train/ and flight-recorder files. Progress goes to stderr only.
 
 Test hooks: ``--fail-rank R`` (or TRACEKIT_FAIL_RANK=R) makes rank R raise at step
-``--fail-step`` (default 0); TRACEKIT_SAVE_PARAMS=1 makes every rank save its final parameters.
+``--fail-step`` (default 0, or TRACEKIT_FAIL_STEP); TRACEKIT_HANG_RANK=R makes rank R sleep
+forever at step TRACEKIT_HANG_STEP (default 0), after printing "rank R hangs" to stderr;
+TRACEKIT_SAVE_PARAMS=1 makes every rank save its final parameters.
 """
 from __future__ import annotations
 
@@ -78,6 +80,7 @@ def parse_args(strategy: str, argv: list[str] | None, uses: Iterable[str], preci
         parser.error("--backend nccl needs --device cuda")
     if args.fail_rank is None and os.environ.get("TRACEKIT_FAIL_RANK"):
         args.fail_rank = int(os.environ["TRACEKIT_FAIL_RANK"])
+        args.fail_step = int(os.environ.get("TRACEKIT_FAIL_STEP", args.fail_step))
     return args
 
 
@@ -180,9 +183,18 @@ def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict
 def _exit_on_sigterm() -> None:
     """torchrun (after another rank failed) and the launcher (timeout, Ctrl-C) stop ranks with
     SIGTERM: turn the first one into SystemExit so the profiler writes what it recorded and the
-    flight recorder is dumped; a second SIGTERM kills at once."""
+    flight recorder is dumped. Later SIGTERMs are ignored (torchrun forwards the launcher's
+    SIGTERM, so two arrive together; the second must not cut the trace export short): the
+    SIGKILL that the launcher and torchrun send after their grace periods is the backstop.
+    A SIGTERM that arrives while an exception is already unwinding (a peer died, so our
+    collective failed, and torchrun stops us a moment later) raises nothing either: the
+    unwinding is writing the trace and ends the rank anyway."""
+    raised: list[bool] = []
+
     def handler(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if raised or sys.exc_info()[0] is not None:
+            return
+        raised.append(True)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
@@ -242,6 +254,10 @@ def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] =
 def _one_step(ctx: Context, k: int, step_fn: Callable[[int], float], losses: list[float]) -> None:
     if ctx.args.fail_rank == ctx.rank and ctx.args.fail_step == k:
         raise RuntimeError(f"injected failure on rank {ctx.rank} at step {k} (test hook)")
+    if os.environ.get("TRACEKIT_HANG_RANK") == str(ctx.rank) and os.environ.get("TRACEKIT_HANG_STEP", "0") == str(k):
+        _log(f"[{ctx.strategy}] rank {ctx.rank} hangs at step {k} (test hook)")
+        while True:   # a hang: only a signal ends it
+            time.sleep(3600)
     t0 = time.perf_counter()
     loss = float(step_fn(k))
     ctx.step_times.append(time.perf_counter() - t0)
@@ -264,8 +280,13 @@ def train(ctx: Context, step_fn: Callable[[int], float]) -> list[float]:
             for k in range(ctx.args.warmup, ctx.total_steps):
                 _one_step(ctx, k, step_fn, losses)
                 prof.step()
-    except BaseException:
+    except BaseException as exc:
         capture.dump_flight_recorder(ctx.run, ctx.rank)   # most useful exactly when something broke
+        if isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
+            # stopped (timeout, a peer died): the trace is written; leave now, since tearing down
+            # a process group whose peers are blocked can wait forever and keeps them blocked
+            _log(f"[{ctx.strategy}] rank {ctx.rank} stopped by SIGTERM; trace written")
+            os._exit(exc.code)
         raise
     return losses
 
@@ -291,7 +312,19 @@ def finish(ctx: Context, losses: list[float], params: dict[str, torch.Tensor] | 
 
 
 def entrypoint(main: Callable[[], None]) -> None:
-    """Run ``main`` so that torchrun records a rank's exception in its error file."""
+    """Run ``main`` so that torchrun records a rank's exception in its error file.
+
+    A rank that raised leaves with ``os._exit(1)`` once the traceback is printed: interpreter
+    teardown destroys the process group, which can block forever when a peer is gone or stuck.
+    """
+    import traceback
+
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    record(main)()
+    try:
+        record(main)()
+    except Exception:   # noqa: BLE001 - recorded by `record`; shown here; SystemExit passes
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)

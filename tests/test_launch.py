@@ -36,7 +36,7 @@ def _processes_mentioning(text: str) -> list[str]:
     (RunOptions("dp", nproc=3, nodes=2), "divide"),
     (RunOptions("no-such-strategy"), "unknown strategy"),
     (RunOptions("dp", backend="nccl"), "nccl"),
-    (RunOptions("dp", emulate_network=True), "emulate"),
+    (RunOptions("dp", nproc=200, nodes=100, emulate_network=True), "emulate"),   # too many emulated nodes
     (RunOptions("dp", precision="fp8"), "fp32 or bf16-mixed"),
     (RunOptions("dp", inter_node_bandwidth="fast"), "tc rate"),
 ])

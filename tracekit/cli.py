@@ -5,12 +5,14 @@ Progress and logs go to stderr; results (tables, the run folder's path) to stdou
 """
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tracekit.errors import TracekitError
@@ -61,6 +63,34 @@ def rank_table(summary: dict) -> Table:
     return t
 
 
+def pipeline_table(summary: dict) -> Table | None:
+    """The pipeline section (bubbles per stage against theory and replay), if the run has one."""
+    if not summary.get("pipeline"):
+        return None
+    from tracekit.analyses.pipeline import table
+
+    title, head, rows = table(summary["pipeline"])
+    t = Table(title=title)
+    for h in head:
+        t.add_column(h, justify="right")
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def comparison_table(names: list[str], results: list) -> Table:
+    """Several runs side by side (tracekit.report.compare_table) as a rich table."""
+    from tracekit.report import compare_table
+
+    title, head, rows = compare_table([(n, r.summary) for n, r in zip(names, results)])
+    t = Table(title=title)
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i < 2 else "right")
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracekit")
 def cli() -> None:
@@ -102,40 +132,165 @@ def run_cmd(strategy: str, **opts) -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--ranks-per-node", type=click.IntRange(1), default=None)
 @click.option("--ranks", default=None, help="subset of ranks, e.g. 0,1,4-7")
+@click.option("--sample", type=click.IntRange(1), default=None,
+              help="a sampled overview: analyse N ranks spread over the job (first, last, evenly between)")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="output folder (default PATH/analysis)")
-def analyze_cmd(path: Path, ranks_per_node: int | None, ranks: str | None, out: Path | None) -> None:
+@click.option("--cache/--no-cache", default=True, show_default=True,
+              help="keep each trace's parsed events as parquet (beside it, else in OUT/cache) and reuse them")
+@click.option("--align-clocks/--no-align-clocks", default=None,
+              help="put ranks on one clock from collective ends (default: when traces come from several hosts)")
+def analyze_cmd(path: Path, ranks_per_node: int | None, ranks: str | None, sample: int | None,
+                out: Path | None, cache: bool, align_clocks: bool | None) -> None:
     """Analyse a run folder, a folder of Kineto traces, or one trace."""
     from tracekit.analyze import analyze, default_out_dir, write_analysis
 
     t0 = time.perf_counter()
+    target = out or default_out_dir(path)
+    existed = target.exists()
     with _err.status(f"analysing {path}"):
-        result = analyze(path, ranks_per_node=ranks_per_node, ranks=_ranks_option(ranks))
-        target = write_analysis(result, out or default_out_dir(path))
+        try:
+            result = analyze(path, ranks_per_node=ranks_per_node, ranks=_ranks_option(ranks), sample=sample,
+                             cache=cache or False, cache_dir=target / "cache", align_clocks=align_clocks)
+        except BaseException:
+            if not existed and target.is_dir() and {p.name for p in target.iterdir()} <= {"cache"}:
+                shutil.rmtree(target, ignore_errors=True)   # nothing half-written: not even a cache
+            raise
+        target = write_analysis(result, target)
     for w in result.summary["warnings"]:
-        _err.print(f"[yellow]warning:[/] {w}", highlight=False, markup=True)
+        _err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True)   # text, never markup
     _out().print(rank_table(result.summary))
-    _err.print(f"wrote {target} in {time.perf_counter() - t0:.2f} s", highlight=False)
+    if (pipe := pipeline_table(result.summary)) is not None:
+        _out().print(pipe)
+    _err.print(f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False)
 
 
 # strategy -> options of its demo run (world size 2 keeps a 2-core laptop responsive)
-DEMO_RUNS: list[tuple[str, dict]] = [("dp", {"nproc": 2, "steps": 3})]
+# strategy -> options of its demo run: world size 2 where the idea shows at 2 ranks (a 2-core
+# laptop stays responsive), 4 where it needs two nodes or four pipeline stages
+DEMO_RUNS: list[tuple[str, dict]] = [
+    ("dp", {"nproc": 2, "steps": 3}),
+    ("zero1", {"nproc": 2, "steps": 3}),
+    ("zero2", {"nproc": 2, "steps": 3}),
+    ("zero3", {"nproc": 2, "steps": 3, "prefetch": 0}),
+    ("zero3", {"nproc": 2, "steps": 3, "prefetch": 1}),
+    ("fsdp", {"nproc": 2, "steps": 3}),
+    ("hsdp", {"nproc": 4, "nodes": 2, "steps": 3}),
+    ("tp", {"nproc": 2, "steps": 3}),
+    ("tp-dp", {"nproc": 4, "nodes": 2, "steps": 3}),
+    ("pp-gpipe", {"nproc": 4, "microbatches": 8, "steps": 3}),
+    ("pp-1f1b", {"nproc": 4, "microbatches": 8, "steps": 3}),
+    ("pp-pipedream", {"nproc": 4, "microbatches": 8, "steps": 3}),
+]
 
 
 @cli.command("demo")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), help="parent of the run folders")
-def demo_cmd(out: Path) -> None:
-    """The main job: every strategy on CPU, analysed, a comparison written."""
+@click.option("--only", default=None, help="comma-separated strategies to run (default: all)")
+def demo_cmd(out: Path, only: str | None) -> None:
+    """The main job: every strategy on CPU, analysed, a comparison report written."""
     from tracekit.analyze import analyze, default_out_dir, write_analysis
     from tracekit.launch import RunOptions, run_job
+    from tracekit.report import run_names, write_report
+    from tracekit.runfolder import load_run_json
 
+    wanted = None if only is None else {s.strip() for s in only.split(",") if s.strip()}
+    runs = [(s, o) for s, o in DEMO_RUNS if wanted is None or s in wanted]
+    if not runs:
+        raise click.UsageError(f"--only {only!r} names no demo strategy")
     console = _out()
-    for strategy, options in DEMO_RUNS:
-        _err.print(f"[bold]demo:[/] {strategy} {options}", highlight=False)
+    done, results, failed = [], [], []
+    for i, (strategy, options) in enumerate(runs, 1):
+        _err.print(f"[bold]demo {i}/{len(runs)}:[/] {strategy} {options}", highlight=False)
         run_dir = run_job(RunOptions(strategy=strategy, out=out, **options))
+        if (load_run_json(run_dir) or {}).get("status") != "ok":
+            failed.append(strategy)
+            _err.print(f"[red]demo:[/] {strategy} failed; see {run_dir}/run.json", highlight=False)
+            continue
         result = analyze(run_dir)
         write_analysis(result, default_out_dir(run_dir))
+        done.append(run_dir)
+        results.append(result)
         console.print(f"[bold]{strategy}[/]  {run_dir}", highlight=False)
         console.print(rank_table(result.summary))
+    if results:
+        names = run_names(done)
+        console.print(comparison_table(names, results), markup=False, highlight=False)
+        report = Path(out) / "demo-report.html"
+        write_report(done, report, "html", analyses=results, names=names)
+        console.print(f"comparison report: {report}", highlight=False)
+    if failed:
+        print(f"tracekit: demo: {', '.join(failed)} failed", file=sys.stderr)
+        sys.exit(1)
+
+
+_REPORT_FORMATS = ["html", "pdf", "png", "md", "json", "csv", "parquet", "perfetto"]
+
+
+def _format_from_suffix(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".perfetto.json") or name.endswith(".trace.json"):
+        return "perfetto"
+    suffix = path.suffix.lower().lstrip(".")
+    return {"htm": "html", "markdown": "md"}.get(suffix, suffix) if suffix in _REPORT_FORMATS + ["htm", "markdown"] else "html"
+
+
+def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
+    from tracekit.report import default_output, write_report
+
+    fmt = fmt or (_format_from_suffix(out) if out else "html")
+    target = out or default_output(fmt)
+    t0 = time.perf_counter()
+    with _err.status(f"{fmt} report of {len(paths)} path(s)") as status:
+        write_report(list(paths), target, fmt, progress=lambda msg: status.update(msg))
+    _err.print(f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False)
+
+
+@cli.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), default=None, help="output file (default report.<ext>)")
+@click.option("--format", "fmt", type=click.Choice(_REPORT_FORMATS), default=None,
+              help="html (default), pdf, png, md, json, csv, parquet, perfetto")
+def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
+    """Write a report of PATH (several PATHs: a comparison report)."""
+    _write_report(paths, out, fmt or ("html" if out is None else None))
+
+
+@cli.command("compare")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), default=None, help="also write a report to this file")
+@click.option("--format", "fmt", type=click.Choice(_REPORT_FORMATS), default=None)
+def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
+    """Compare runs side by side: a table on stdout (and a report with -o)."""
+    from tracekit.analyze import analyze
+    from tracekit.report import run_names, write_report
+
+    if len(paths) < 2:
+        raise click.UsageError("compare needs at least two paths")
+    names = run_names(list(paths))
+    results = []
+    with _err.status("comparing") as status:
+        for i, p in enumerate(paths, 1):
+            status.update(f"analysing {p} ({i}/{len(paths)})")
+            results.append(analyze(p))
+        if out is not None:
+            status.update(f"writing {out}")
+            write_report(list(paths), out, fmt or _format_from_suffix(out), analyses=results, names=names)
+    _out().print(comparison_table(names, results), markup=False, highlight=False)
+    if out is not None:
+        _err.print(f"wrote {out}", highlight=False)
+
+
+@cli.command("dash")
+@click.argument("root", required=False, type=click.Path(path_type=Path), default=Path("runs"))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True)
+def dash_cmd(root: Path, host: str, port: int) -> None:
+    """Serve the Dash app over the run folders and trace folders under ROOT (default ./runs)."""
+    if not root.is_dir():
+        raise TracekitError("no such folder (give the folder holding your run folders)", root)
+    from dashboards.app import serve
+
+    serve(root, host=host, port=port)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -83,7 +83,7 @@ _BASE_LAYOUT = dict(
     template="plotly_white",
     margin=dict(l=70, r=20, t=60, b=50),
     font=dict(size=12),
-    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+    legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.01),
 )
 
 
@@ -170,9 +170,10 @@ def _layout(fig: go.Figure, title: str, height: int = 420, **kw: Any) -> go.Figu
 
 
 def _byte_unit(max_bytes: float) -> tuple[float, str]:
-    for div, name in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+    """Decimal units, as the tables and GB/s use."""
+    for div, name in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
         if max_bytes >= div:
-            return float(div), name
+            return div, name
     return 1.0, "B"
 
 
@@ -226,7 +227,7 @@ def _lane_axis(lanes: Sequence[int]) -> dict:
 
 
 def _lane_height(n: int) -> int:
-    return int(min(1100, max(280, 110 + 26 * n)))
+    return int(min(1100, max(360, 110 + 26 * n)))
 
 
 def bin_states(
@@ -234,47 +235,46 @@ def bin_states(
 ) -> np.ndarray:
     """Nanoseconds of each state per lane and bin of [lo_ns, hi_ns): array (lanes, bins, 5).
 
-    One polars pass: spans inside one bin go straight to a group_by; the few spanning several
-    bins are exploded over their bins and clipped exactly.
+    Vectorised: spans inside one bin (nearly all) go to one ``np.bincount``; the few spanning
+    several bins are repeated over their bins and clipped exactly.
     """
-    n_lanes = len(lanes)
-    out = np.zeros((n_lanes, bins, len(STATES)), dtype=np.float64)
-    if hi_ns <= lo_ns or tl.height == 0:
-        return out
+    n_lanes, n_states = len(lanes), len(STATES)
+    if hi_ns <= lo_ns or tl.height == 0 or n_lanes == 0:
+        return np.zeros((n_lanes, bins, n_states), dtype=np.float64)
     width = (hi_ns - lo_ns) / bins
-    lane_of = {int(r): i for i, r in enumerate(lanes)}
-    f = (
-        tl.lazy()
-        .filter((pl.col("end_ns") > lo_ns) & (pl.col("start_ns") < hi_ns) & pl.col("rank").is_in(list(lane_of)))
-        .select(
-            pl.col("rank").replace_strict(lane_of, return_dtype=pl.Int64).alias("lane"),
-            pl.col("state").replace_strict(STATE_CODE, default=STATE_CODE["idle"], return_dtype=pl.Int64).alias("code"),
-            (pl.max_horizontal(pl.col("start_ns"), pl.lit(lo_ns)) - lo_ns).cast(pl.Float64).alias("s"),
-            (pl.min_horizontal(pl.col("end_ns"), pl.lit(hi_ns)) - lo_ns).cast(pl.Float64).alias("e"),
-        )
-        .filter(pl.col("e") > pl.col("s"))
-        .with_columns(
-            (pl.col("s") / width).floor().cast(pl.Int64).clip(0, bins - 1).alias("b0"),
-            ((pl.col("e") / width).ceil().cast(pl.Int64) - 1).clip(0, bins - 1).alias("b1"),
-        )
+    f = tl.filter((pl.col("end_ns") > lo_ns) & (pl.col("start_ns") < hi_ns)).select(
+        pl.col("rank").cast(pl.Int64),
+        pl.col("state").replace_strict(STATE_CODE, default=STATE_CODE["idle"], return_dtype=pl.Int64).alias("code"),
+        (pl.col("start_ns").clip(lower_bound=lo_ns) - lo_ns).cast(pl.Float64).alias("s"),
+        (pl.col("end_ns").clip(upper_bound=hi_ns) - lo_ns).cast(pl.Float64).alias("e"),
     )
-    single = f.filter(pl.col("b0") == pl.col("b1")).select(
-        "lane", "code", pl.col("b0").alias("b"), (pl.col("e") - pl.col("s")).alias("ns")
-    )
-    multi = (
-        f.filter(pl.col("b0") != pl.col("b1"))
-        .with_columns(pl.int_ranges(pl.col("b0"), pl.col("b1") + 1).alias("b"))
-        .explode("b")
-        .select(
-            "lane", "code", "b",
-            (pl.min_horizontal(pl.col("e"), (pl.col("b") + 1).cast(pl.Float64) * width)
-             - pl.max_horizontal(pl.col("s"), pl.col("b").cast(pl.Float64) * width)).alias("ns"),
-        )
-    )
-    agg = pl.concat([single, multi]).group_by("lane", "b", "code").agg(pl.col("ns").sum()).collect()
-    if agg.height:
-        out[agg["lane"].to_numpy(), agg["b"].to_numpy(), agg["code"].to_numpy()] = agg["ns"].to_numpy()
-    return out
+    rank = f["rank"].to_numpy()
+    lookup_size = int(max(int(rank.max(initial=0)), max(lanes)) + 1)
+    lookup = np.full(lookup_size, -1, dtype=np.int64)
+    lookup[np.asarray(lanes, dtype=np.int64)] = np.arange(n_lanes)
+    lane = np.where(rank >= 0, lookup[np.clip(rank, 0, lookup_size - 1)], -1)
+    code = f["code"].to_numpy()
+    s_ = f["s"].to_numpy()
+    e_ = f["e"].to_numpy()
+    keep = (lane >= 0) & (e_ > s_)
+    lane, code, s_, e_ = lane[keep], code[keep], s_[keep], e_[keep]
+    b0 = np.clip(np.floor(s_ / width).astype(np.int64), 0, bins - 1)
+    b1 = np.clip(np.ceil(e_ / width).astype(np.int64) - 1, 0, bins - 1)
+    b1 = np.maximum(b1, b0)
+    size = n_lanes * bins * n_states
+    one = b0 == b1
+    out = np.bincount((lane[one] * bins + b0[one]) * n_states + code[one], weights=(e_ - s_)[one],
+                      minlength=size).astype(np.float64)
+    if (~one).any():
+        m_lane, m_code, m_s, m_e, m_b0, m_b1 = (x[~one] for x in (lane, code, s_, e_, b0, b1))
+        counts = m_b1 - m_b0 + 1
+        rep = np.repeat(np.arange(len(counts)), counts)
+        offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        b = m_b0[rep] + offset
+        ns = np.minimum(m_e[rep], (b + 1) * width) - np.maximum(m_s[rep], b * width)
+        out += np.bincount((m_lane[rep] * bins + b) * n_states + m_code[rep], weights=np.maximum(ns, 0.0),
+                           minlength=size)
+    return out.reshape(n_lanes, bins, n_states)
 
 
 def _state_colorscale() -> list[list]:
@@ -405,7 +405,7 @@ def timeline_overview(
         title = (f"timeline of {len(lanes)} ranks: dominant state per {fmt_s(width * NS)} bin "
                  "(paler = less dominant; zoom in for real spans)")
     _layout(fig, title, height=_lane_height(len(lanes)), barmode="overlay",
-            xaxis=dict(title="seconds since the window start", range=[(lo - t0) * NS, (hi - t0) * NS]),
+            xaxis=dict(title="time since the window start", ticksuffix="s", range=[(lo - t0) * NS, (hi - t0) * NS]),
             yaxis=_lane_axis(lanes), uirevision="timeline")
     fig.update_layout(meta=dict(mode="overview" if window is None else "binned", bins=nbins,
                                 bin_s=width * NS, segments=int(tl.height), t0_ns=t0, lanes=lanes))
@@ -534,7 +534,7 @@ def timeline_detail(
     _layout(
         fig, f"{n_bars:,} spans in {fmt_s((hi - lo) * NS)}{more}: hover for name, duration, op, bytes",
         height=_lane_height(len(lanes)), barmode="overlay", bargap=0,
-        xaxis=dict(title="seconds since the window start", range=[start_s, end_s]),
+        xaxis=dict(title="time since the window start", ticksuffix="s", range=[start_s, end_s]),
         yaxis=yaxis, uirevision="timeline",
     )
     fig.update_layout(meta=dict(mode="detail", bars=n_bars, events=n_events, segments=int(seg.height),
@@ -649,17 +649,17 @@ def pipeline_schedule(
                   time_unit="s", row=2, showlegend=False)
         fig.update_yaxes(tickmode="array", tickvals=list(range(len(stages))),
                          ticktext=[f"stage {s}" for s in stages], autorange="reversed", row=2, col=1)
-        fig.update_xaxes(title_text="seconds (replay)", row=2, col=1)
+        fig.update_xaxes(title_text="time (replay)", ticksuffix="s", row=2, col=1)
         n += len(stages)
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(keys))), ticktext=labels,
                      autorange="reversed", row=1, col=1)
-    fig.update_xaxes(title_text="seconds since the first op", row=1, col=1)
+    fig.update_xaxes(title_text="time since the first op", ticksuffix="s", row=1, col=1)
     title = (f"pipeline schedule: {plain(p.get('schedule', '?'))}, {p.get('stages', '?')} stages, "
              f"{p.get('microbatches', '?')} microbatches" + (f" (first {MAX_OPS:,} ops)" if cut else ""))
     _layout(fig, title, height=int(min(1100, 300 + 46 * n)), barmode="overlay")
     fig.add_annotation(text=plain(pipeline_theory_text(p)), xref="paper", yref="paper", x=0, y=1.0,
-                       yshift=40, showarrow=False, xanchor="left", font=dict(size=12))
-    fig.update_layout(margin=dict(t=130), legend=dict(y=1.2))
+                       yshift=34, showarrow=False, xanchor="left", font=dict(size=12))
+    fig.update_layout(margin=dict(t=110))
     return fig
 
 
@@ -684,7 +684,7 @@ def pipeline_stages(summary: dict) -> go.Figure | None:
         fig.add_trace(go.Scatter(x=x, y=versions, mode="markers", name="weight versions",
                                  marker=dict(size=10, symbol="diamond", color="#7f3c8d")), secondary_y=True)
     fig.update_yaxes(title_text="bubble seconds", secondary_y=False)
-    fig.update_yaxes(title_text="count", secondary_y=True, rangemode="tozero")
+    fig.update_yaxes(title_text="count", secondary_y=True, rangemode="tozero", dtick=1)
     return _layout(fig, "bubbles per stage and in-flight microbatches", barmode="stack")
 
 
@@ -753,12 +753,11 @@ def memory(summary: dict) -> go.Figure | None:
     theory = (mem or {}).get("theory")
     if theory and theory.get("model_states_bytes") is not None:
         y = _num(theory["model_states_bytes"]) / div
-        fig.add_trace(go.Scatter(
-            x=x, y=[y] * len(x), mode="lines", name="theory: model states",
-            line=dict(color="#d62728", dash="dash", width=2),
-            hovertemplate=plain(f"theory {theory.get('formula', '')}") + f"<br>{y:.3f} {unit}<extra></extra>",
-        ))
-        fig.add_annotation(text=plain(f"theory {theory.get('formula', '')} = {fmt_bytes(theory['model_states_bytes'])}"),
+        formula = plain(theory.get("formula", ""))
+        fig.add_hline(y=y, line=dict(color="#d62728", dash="dash", width=2))
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="theory: model states",
+                                 line=dict(color="#d62728", dash="dash", width=2), hoverinfo="skip"))
+        fig.add_annotation(text=f"theory {formula} = {plain(fmt_bytes(theory['model_states_bytes']))}",
                            x=1, xref="paper", y=y, yref="y", showarrow=False, xanchor="right", yshift=10,
                            font=dict(color="#d62728"))
     return _layout(fig, "memory per rank: model states (params + grads + optimizer) and activation peak",
@@ -811,7 +810,7 @@ def traffic_matrix(summary: dict) -> go.Figure | None:
         fig.add_shape(type="line", y0=b, y1=b, x0=-0.5, x1=n - 0.5, line=dict(color="#e45756", width=2))
     ticks = dict(tickmode="array", tickvals=list(range(0, n, max(1, math.ceil(n / 32)))))
     return _layout(fig, "bytes from rank (row) to rank (column); red lines: node boundaries",
-                   height=int(min(900, max(380, 140 + 18 * n))),
+                   height=int(min(900, max(460, 140 + 18 * n))),
                    xaxis=dict(title="destination rank", **ticks, constrain="domain"),
                    yaxis=dict(title="source rank", autorange="reversed", scaleanchor="x", **ticks))
 
@@ -835,6 +834,10 @@ def collective_bandwidth(summary: dict) -> go.Figure | None:
                              marker_color="#08519c", showlegend=False,
                              hovertemplate="%{x}<br>busbw %{y:.3f} GB/s<extra></extra>"), row=1, col=2)
     fig.update_yaxes(title_text="GB/s", row=1, col=1)
+    if not any(_num(r.get("busbw_gbps")) or _num(r.get("algbw_gbps")) for r in per_op):
+        unknown = sum(int(_num(r.get("unknown_size"))) for r in per_op)
+        fig.add_annotation(text=f"no bandwidth: the sizes of {unknown or 'these'} calls are unknown in this trace",
+                           xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font=dict(size=14, color="#777"))
     return _layout(fig, "collective bandwidth (GB/s = 10^9 B/s; busbw = algbw x bus factor)", barmode="group")
 
 
@@ -896,6 +899,7 @@ def compare_rows(runs: Sequence[Run]) -> list[dict]:
             "step_time_s": _median([r.get("step_time_s") for r in ranks]),
             "span_s": _mean([r.get("span_s") for r in ranks]),
             "compute_s": _mean([_num(r.get("compute_s")) - _num(r.get("overlap_s")) for r in ranks]),
+            "compute_total_s": _mean([r.get("compute_s") for r in ranks]),
             "overlap_s": _mean([r.get("overlap_s") for r in ranks]),
             "exposed_comm_s": _mean([r.get("exposed_comm_s") for r in ranks]),
             "other_s": _mean([r.get("other_s") for r in ranks]),

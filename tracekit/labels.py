@@ -27,12 +27,24 @@ Communication (the label wraps the *call* on the compute thread; on gloo the tra
     comm:all_gather:unit2:fwd     ZeRO-3/FSDP: gather unit 2's parameters for the forward
     comm:all_gather:unit2:bwd     ... and again for the backward
     comm:reduce_scatter:unit2     ZeRO-2/3/FSDP: reduce-scatter of unit 2's gradients
+    comm:all_reduce:layer1:attn:fwd   TP (Megatron g): sum of layer 1's attention partial outputs
+    comm:all_reduce:layer1:mlp:bwd    TP (Megatron f): sum of the gradient into layer 1's MLP
 
 Pipeline compute (per stage and microbatch; PipeDream adds the weight version used)::
 
     F:s<stage>:mb<m>[:v<version>]     forward of microbatch m on stage s
     B:s<stage>:mb<m>[:v<version>]     backward (for inputs, or the whole backward)
     W:s<stage>:mb<m>[:v<version>]     backward for weights (zero-bubble style split)
+    B:s<stage>:mb<m>:v<u>:st<k>       PipeDream: the backward used stashed version u, and the
+                                      weight update it feeds lands k versions later (staleness)
+
+Pipeline point-to-point (the call on the compute thread; ``peer`` is the other rank)::
+
+    comm:send:act:mb<m>:peer<r>       send microbatch m's activations downstream to rank r
+    comm:recv:act:mb<m>:peer<r>       receive them from upstream rank r (blocking: the wait is inside)
+    comm:send:grad:mb<m>:peer<r>      send the gradient w.r.t. the stage's input upstream
+    comm:recv:grad:mb<m>:peer<r>      receive the gradient of the stage's output from downstream
+    parse() fills ``microbatch`` and ``peer`` of a comm label from ``mb<m>`` / ``peer<r>`` qualifiers.
 
 Stages, microbatches, indices and versions are 0-based integers, written without padding.
 """
@@ -61,7 +73,9 @@ FWD, BWD = "fwd", "bwd"
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 _INDEXED = re.compile(r"^(?P<kind>[A-Za-z_]+?)(?P<index>\d+)$")
 _COMM = re.compile(r"^comm:(?P<op>[a-z_]+):(?P<what>[A-Za-z0-9_\-]+)(?P<rest>(?::[A-Za-z0-9_\-]+)*)$")
-_PIPE = re.compile(r"^(?P<kind>[FBW]):s(?P<stage>\d+):mb(?P<mb>\d+)(?::v(?P<version>\d+))?$")
+_PIPE = re.compile(r"^(?P<kind>[FBW]):s(?P<stage>\d+):mb(?P<mb>\d+)(?::v(?P<version>\d+))?(?::st(?P<staleness>\d+))?$")
+_QUAL_MB = re.compile(r"^mb(\d+)$")
+_QUAL_PEER = re.compile(r"^peer(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,8 @@ class Label:
     stage: int | None = None
     microbatch: int | None = None
     version: int | None = None
+    peer: int | None = None           # family "comm": the other rank of a p2p label (peer<r>)
+    staleness: int | None = None      # family "pipeline": PipeDream update staleness (st<k>)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -141,12 +157,43 @@ def reduce_scatter_unit(i: int) -> str:
     return comm("reduce_scatter", unit(i))
 
 
-def pipeline(kind: str, stage: int, microbatch: int, version: int | None = None) -> str:
-    """``F|B|W:s<stage>:mb<m>[:v<version>]``."""
+TP_PARTS = ("attn", "mlp")
+
+
+def tp_all_reduce(i: int, part: str, direction: str) -> str:
+    """``comm:all_reduce:layer<i>:attn|mlp:fwd|bwd``: a Megatron tensor-parallel all-reduce
+    (``g`` in the forward, ``f`` in the backward). parse() gives what_kind "layer", index i,
+    qualifiers (part, direction)."""
+    if part not in TP_PARTS:
+        raise ValueError(f"part must be one of {TP_PARTS}, not {part!r}")
+    if direction not in (FWD, BWD):
+        raise ValueError(f"direction must be {FWD!r} or {BWD!r}, not {direction!r}")
+    return comm("all_reduce", layer(i), part, direction)
+
+
+def pipeline(kind: str, stage: int, microbatch: int, version: int | None = None,
+             staleness: int | None = None) -> str:
+    """``F|B|W:s<stage>:mb<m>[:v<version>[:st<staleness>]]``."""
     if kind not in PIPELINE_KINDS:
         raise ValueError(f"pipeline kind must be one of {PIPELINE_KINDS}, not {kind!r}")
+    if staleness is not None and version is None:
+        raise ValueError("a staleness needs the version it refers to")
     name = f"{kind}:s{int(stage)}:mb{int(microbatch)}"
-    return name if version is None else f"{name}:v{int(version)}"
+    if version is not None:
+        name += f":v{int(version)}"
+    return name if staleness is None else f"{name}:st{int(staleness)}"
+
+
+P2P_WHATS = ("act", "grad")
+
+
+def p2p(op: str, what: str, microbatch: int, peer: int) -> str:
+    """``comm:send|recv:act|grad:mb<m>:peer<r>``: pipeline point-to-point of one microbatch."""
+    if op not in ("send", "recv"):
+        raise ValueError(f"p2p op must be 'send' or 'recv', not {op!r}")
+    if what not in P2P_WHATS:
+        raise ValueError(f"p2p payload must be one of {P2P_WHATS}, not {what!r}")
+    return comm(op, what, f"mb{int(microbatch)}", f"peer{int(peer)}")
 
 
 def region(name: str):  # noqa: ANN201 - returns torch.profiler.record_function
@@ -170,16 +217,19 @@ def parse(name: str) -> Label | None:
         what = m["what"]
         im = _INDEXED.match(what)
         rest = tuple(q for q in m["rest"].split(":") if q)
+        mb = next((int(x[1]) for x in map(_QUAL_MB.match, rest) if x), None)
+        peer = next((int(x[1]) for x in map(_QUAL_PEER.match, rest) if x), None)
         return Label(
             "comm", name, op=op, what=what,
             what_kind=im["kind"] if im else None, index=int(im["index"]) if im else None,
-            qualifiers=rest,
+            qualifiers=rest, microbatch=mb, peer=peer,
         )
     m = _PIPE.match(name)
     if m:
         return Label(
             "pipeline", name, kind=m["kind"], stage=int(m["stage"]), microbatch=int(m["mb"]),
             version=None if m["version"] is None else int(m["version"]),
+            staleness=None if m["staleness"] is None else int(m["staleness"]),
         )
     return None
 

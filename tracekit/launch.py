@@ -11,6 +11,15 @@ A rank that raises leaves torchrun's error file (the strategies' entry points us
 summary for ranks killed by a signal, into run.json ``errors`` with status "failed". On
 ``timeout`` every process of the job is killed and the status is "timeout"; Ctrl-C kills them too.
 If rank 0 never wrote run.json the launcher writes it; traces that did get written are kept.
+
+``--emulate-network`` (tracekit.netns): every node's torchrun agent runs inside a network
+namespace of its own, ``ip netns exec tk<pid>n<k> python -m torch.distributed.run --nnodes K
+--rdzv-backend c10d --rdzv-endpoint <node 0's address>:29400 --local-addr <node k's address>
+--nproc-per-node N/K ...``, a real multi-node rendezvous, with logs in logs/torchrun/node<k>/.
+If one node's agent fails, the others get ``_PEER_GRACE_S`` to notice, then are stopped. The
+namespaces are removed in a ``finally``; SIGTERM and SIGHUP to the launcher become an exception
+(``Terminated``, like Ctrl-C) so that it runs; leftovers of a launcher killed outright are swept
+by the next emulated run.
 """
 from __future__ import annotations
 
@@ -34,6 +43,15 @@ from tracekit.errors import TracekitError
 OPTIONAL_OPTIONS = ("microbatches", "prefetch")
 _RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$")
 _KILL_GRACE_S = 5.0
+_PEER_GRACE_S = 20.0   # emulated nodes: time the others get to exit after one node's agent failed
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM/SIGHUP to the launcher: handled like Ctrl-C (the job is stopped, run.json written)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -47,6 +65,19 @@ class StrategySpec:
 
 STRATEGIES: dict[str, StrategySpec] = {
     "dp": StrategySpec("instrumented_runs.dp", precisions=frozenset({"fp32", "bf16-mixed"})),
+    "pp-gpipe": StrategySpec("instrumented_runs.pp_gpipe", uses=frozenset({"microbatches"})),
+    "pp-1f1b": StrategySpec("instrumented_runs.pp_1f1b", uses=frozenset({"microbatches"})),
+    "pp-pipedream": StrategySpec("instrumented_runs.pp_pipedream", uses=frozenset({"microbatches"})),
+    "zero1": StrategySpec("instrumented_runs.zero1", precisions=frozenset({"fp32", "bf16-mixed"})),
+    "zero2": StrategySpec("instrumented_runs.zero2", precisions=frozenset({"fp32", "bf16-mixed"})),
+    "zero3": StrategySpec("instrumented_runs.zero3", uses=frozenset({"prefetch"}),
+                          precisions=frozenset({"fp32", "bf16-mixed"})),
+    "tp": StrategySpec("instrumented_runs.tp", precisions=frozenset({"fp32", "bf16-mixed"})),
+    "tp-dp": StrategySpec("instrumented_runs.tp_dp", precisions=frozenset({"fp32", "bf16-mixed"})),
+    "fsdp": StrategySpec("instrumented_runs.fsdp", uses=frozenset({"prefetch"}),
+                         precisions=frozenset({"fp32", "bf16-mixed"})),
+    "hsdp": StrategySpec("instrumented_runs.hsdp", uses=frozenset({"prefetch"}),
+                         precisions=frozenset({"fp32", "bf16-mixed"})),
 }
 
 
@@ -112,7 +143,13 @@ def validate(opts: RunOptions) -> StrategySpec:
     if not _RATE.match(str(opts.inter_node_bandwidth)):
         raise TracekitError(f"--inter-node-bandwidth {opts.inter_node_bandwidth!r} is not a tc rate such as 400mbit or 1gbit")
     if opts.emulate_network:
-        raise TracekitError("--emulate-network is not supported yet")
+        from tracekit import netns
+
+        reason = netns.unavailable()
+        if reason:
+            raise TracekitError(reason)
+        if opts.nodes > netns.MAX_NODES:
+            raise TracekitError(f"--emulate-network supports at most {netns.MAX_NODES} nodes")
     return spec
 
 
@@ -187,19 +224,40 @@ def _signal(pid: int, sig: int, start: str | None = None) -> None:
         pass
 
 
-def _kill_job(proc: subprocess.Popen) -> None:
+def _env_rank(pid: int) -> int | None:
+    """RANK in a live process's environment (torchrun sets it for each rank), else None."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(b"RANK=") and item[5:].isdigit():
+            return int(item[5:])
+    return None
+
+
+def _kill_job(proc: subprocess.Popen) -> list[dict[str, Any]]:
     """SIGTERM torchrun and every rank (each in a session of its own); SIGKILL what is left after
-    a grace period (ranks use it to write what their profiler recorded)."""
+    a grace period (ranks use it to write what their profiler recorded). Returns one run.json
+    error per rank that was still running: stopped by SIGTERM, or killed after the grace."""
     members = [(proc.pid, _proc_start_time(proc.pid)), *_descendants(proc.pid)]
+    ranks = {pid: _env_rank(pid) for pid, _ in members}
     for pid, start in members:
         _signal(pid, signal.SIGTERM, start)
     deadline = time.monotonic() + _KILL_GRACE_S
     while time.monotonic() < deadline and any(_alive(p, s) for p, s in members):
         proc.poll()   # reap torchrun so that its pid does not linger as a zombie
         time.sleep(0.05)
+    stubborn = {pid for pid, start in members if _alive(pid, start)}
     for pid, start in members:
         _signal(pid, signal.SIGKILL, start)
     proc.wait()
+    return [{"rank": r, "kind": "stopped",
+             "message": "still running when the job was stopped: " + (
+                 f"killed (SIGKILL) after ignoring SIGTERM for {_KILL_GRACE_S:g} s" if pid in stubborn
+                 else "exited on SIGTERM")}
+            for pid, r in sorted(ranks.items(), key=lambda kv: kv[1] if kv[1] is not None else -1)
+            if r is not None]
 
 
 def _pump(stream: TextIO, sinks: list[TextIO], keep: list[str]) -> None:
@@ -224,14 +282,18 @@ _FAILURE = re.compile(
 _ROOT_CAUSE = re.compile(r"Root Cause[^\n]*\n\[\d+\]:\n(?:[^\n]*\n){0,3}?\s*rank\s*:\s*(?P<rank>\d+)")
 
 
-def _collect_rank_logs(run: Path) -> dict[int, dict[str, Any]]:
+def _collect_rank_logs(run: Path, per_node: int = 0) -> dict[int, dict[str, Any]]:
     """Move torchrun's per-rank files to logs/rank<R>.*; return the error files' contents by rank."""
     logs = _logs_dir(run)
     errors: dict[int, dict[str, Any]] = {}
-    for rank_dir in sorted((logs / "torchrun").glob("*/attempt_*/*")):
+    found = [(0, d) for d in (logs / "torchrun").glob("*/attempt_*/*")]
+    found += [(int(d.parents[2].name[4:]), d) for d in (logs / "torchrun").glob("node*/*/attempt_*/*")
+              if d.parents[2].name[4:].isdigit()]
+    for node, rank_dir in sorted(found, key=lambda x: (x[0], str(x[1]))):
         if not rank_dir.name.isdigit():
             continue
-        rank = int(rank_dir.name)   # standalone, one host: local rank == global rank
+        # standalone: local rank == global rank; emulated node k: ranks k*per_node.. (contiguous)
+        rank = node * per_node + int(rank_dir.name)
         for name in ("stdout.log", "stderr.log", "error.json"):
             src = rank_dir / name
             if src.is_file():
@@ -260,10 +322,10 @@ def _error_time(content: dict[str, Any]) -> float:
         return float("inf")
 
 
-def _rank_errors(run: Path, output: str) -> list[dict[str, Any]]:
+def _rank_errors(run: Path, output: str, per_node: int = 0) -> list[dict[str, Any]]:
     """run.json errors, the root cause first: raised exceptions (error files, oldest first), then
     ranks torchrun saw die otherwise. A peer's "Connection closed by peer" is usually collateral."""
-    files = _collect_rank_logs(run)
+    files = _collect_rank_logs(run, per_node)
     root = _ROOT_CAUSE.search(output)
     root_rank = int(root["rank"]) if root else min(files, key=lambda r: (_error_time(files[r]), r), default=None)
     order = sorted(files, key=lambda r: (r != root_rank, _error_time(files[r]), r))
@@ -330,8 +392,8 @@ def _finalise(opts: RunOptions, run: Path, status: str, errors: list[dict[str, A
 # --- the job ------------------------------------------------------------------------------------
 
 
-def _child_env(opts: RunOptions, run: Path) -> dict[str, str]:
-    env = dict(os.environ)
+def _child_env(opts: RunOptions, run: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, **(extra or {}))
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("TORCHELASTIC_ERROR_FILE", None)
@@ -344,40 +406,116 @@ def _child_env(opts: RunOptions, run: Path) -> dict[str, str]:
     return env
 
 
+def _commands(opts: RunOptions, spec: StrategySpec, run: Path, net: Any) -> list[tuple[list[str], dict[str, str]]]:
+    """(command, environment) of each torchrun agent: one standalone agent, or one per emulated node."""
+    logs = _logs_dir(run)
+    rank_args = ["-m", spec.module, *_rank_args(opts, run)]
+    if net is None:
+        return [([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(opts.nproc),
+                  "--log-dir", str(logs / "torchrun"), "--tee", "3", *rank_args], _child_env(opts, run))]
+    run_id = f"tk{os.getpid()}-{run.name}"
+    return [(net.wrap(k, [sys.executable, "-m", "torch.distributed.run", *net.torchrun_args(k, run_id),
+                          "--nproc-per-node", str(opts.nproc // opts.nodes),
+                          "--log-dir", str(logs / "torchrun" / f"node{k}"), "--tee", "3", *rank_args]),
+             _child_env(opts, run, net.env(k, backend_of(opts))))
+            for k in range(opts.nodes)]
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout: float | None) -> None:
+    """Wait for every agent; raise TimeoutExpired after ``timeout`` s. When one exits with an
+    error, the others (other emulated nodes) get _PEER_GRACE_S to follow, then are stopped."""
+    if len(procs) == 1:
+        procs[0].wait(timeout=timeout)
+        return
+    t0, failed_at = time.monotonic(), None
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if timeout is not None and now - t0 > timeout:
+            raise subprocess.TimeoutExpired(procs[0].args, timeout)
+        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+            failed_at = now
+        if failed_at is not None and now - failed_at > _PEER_GRACE_S:
+            for p in procs:
+                if p.poll() is None:
+                    _kill_job(p)
+        time.sleep(0.1)
+
+
+def _on_signals(handler: Any) -> dict[int, Any]:
+    """Install ``handler`` for SIGTERM and SIGHUP (main thread only); the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
 def run_job(opts: RunOptions, log: TextIO = sys.stderr) -> Path:
     """Run one strategy job; return its run folder (run.json ``status`` tells how it went)."""
     spec = validate(opts)
-    run = runfolder.new_run_dir(Path(opts.out), opts.strategy, time.strftime("%Y%m%d-%H%M%S")).resolve()
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = _on_signals(terminate)
+    net = None
+    try:
+        if opts.emulate_network:   # first, so that a failure leaves no half-made run folder
+            from tracekit.netns import EmulatedNetwork
+
+            net = EmulatedNetwork(opts.nodes, opts.inter_node_bandwidth).open()
+        run = runfolder.new_run_dir(Path(opts.out), opts.strategy, time.strftime("%Y%m%d-%H%M%S")).resolve()
+        _logs_dir(run).mkdir(parents=True, exist_ok=True)
+        if backend_of(opts) == "nccl":
+            runfolder.nccl_dir(run).mkdir(parents=True, exist_ok=True)
+        return _run_agents(opts, spec, run, net, log)
+    finally:
+        if net is not None:
+            net.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_agents(opts: RunOptions, spec: StrategySpec, run: Path, net: Any, log: TextIO) -> Path:
     logs = _logs_dir(run)
-    logs.mkdir(parents=True, exist_ok=True)
-    if backend_of(opts) == "nccl":
-        runfolder.nccl_dir(run).mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(opts.nproc),
-           "--log-dir", str(logs / "torchrun"), "--tee", "3",
-           "-m", spec.module, *_rank_args(opts, run)]
-    print(f"tracekit: {opts.strategy} on {opts.nproc} ranks -> {run}", file=log, flush=True)
+    commands = _commands(opts, spec, run, net)
+    cmd = commands[0][0] if len(commands) == 1 else [c for c, _ in commands]
+    where = f" on {opts.nodes} emulated nodes ({opts.inter_node_bandwidth} between them)" if net else ""
+    print(f"tracekit: {opts.strategy} on {opts.nproc} ranks{where} -> {run}", file=log, flush=True)
     t0 = time.monotonic()
     status, errors, output_lines = "ok", [], []
+    launch_info = {"emulate_network": opts.emulate_network, "inter_node_bandwidth": opts.inter_node_bandwidth,
+                   "network": net.describe() if net is not None else None}
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
     with open(logs / "launcher.log", "w") as log_file:
-        proc = subprocess.Popen(cmd, env=_child_env(opts, run), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
-        pump = threading.Thread(target=_pump, args=(proc.stdout, [log, log_file], output_lines), daemon=True)
-        pump.start()
         try:
-            proc.wait(timeout=opts.timeout)
+            for command, env in commands:
+                proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+                procs.append(proc)
+                pump = threading.Thread(target=_pump, args=(proc.stdout, [log, log_file], output_lines), daemon=True)
+                pump.start()
+                pumps.append(pump)
+            _wait_all(procs, opts.timeout)
         except subprocess.TimeoutExpired:
-            _kill_job(proc)
+            stopped = [e for proc in procs for e in _kill_job(proc)]
             status = "timeout"
             errors.append({"rank": None, "kind": "timeout", "message": f"job killed after the {opts.timeout:g} s timeout"})
-        except KeyboardInterrupt:
-            _kill_job(proc)
-            pump.join(timeout=2)
-            _finalise(opts, run, "failed", [{"rank": None, "kind": "interrupted", "message": "interrupted (Ctrl-C)"}],
-                      {"command": cmd, "returncode": proc.returncode, "wall_s": time.monotonic() - t0})
+            errors += stopped
+        except KeyboardInterrupt as exc:
+            for proc in procs:
+                _kill_job(proc)
+            for pump in pumps:
+                pump.join(timeout=2)
+            how = f"interrupted ({exc.args[0]})" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+            _finalise(opts, run, "failed", [{"rank": None, "kind": "interrupted", "message": how}],
+                      {"command": cmd, "returncode": [p.returncode for p in procs] if net else
+                       (procs[0].returncode if procs else None), "wall_s": time.monotonic() - t0, **launch_info})
             raise
-        pump.join(timeout=5)
-    rc = proc.returncode
-    rank_errors = _rank_errors(run, "".join(output_lines))
+        for pump in pumps:
+            pump.join(timeout=5)
+    codes = [p.returncode for p in procs]
+    rc = next((c for c in codes if c), 0)
+    rank_errors = _rank_errors(run, "".join(output_lines), opts.nproc // opts.nodes if net else 0)
     if status == "ok" and rc != 0:
         status = "failed"
         errors = rank_errors or [{"rank": None, "kind": "exit", "message": f"torchrun exited with status {rc}"}]
@@ -385,7 +523,7 @@ def run_job(opts: RunOptions, log: TextIO = sys.stderr) -> Path:
         errors += rank_errors
     wall = time.monotonic() - t0
     _finalise(opts, run, status, errors,
-              {"command": cmd, "returncode": rc, "wall_s": round(wall, 3), "timeout_s": opts.timeout,
-               "emulate_network": opts.emulate_network, "inter_node_bandwidth": opts.inter_node_bandwidth})
+              {"command": cmd, "returncode": codes if net else rc, "wall_s": round(wall, 3),
+               "timeout_s": opts.timeout, **launch_info})
     print(f"tracekit: {opts.strategy} {status} in {wall:.1f} s", file=log, flush=True)
     return run

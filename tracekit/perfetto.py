@@ -10,8 +10,9 @@ tracks built by the analysis, shown first:
 - ``bubble``         pipeline bubbles (fill / steady / drain), when the run has them
 
 ``ts`` and ``dur`` are microseconds (floats, nanosecond precision) relative to the earliest
-event of all runs written, so every rank shares one clock. The JSON is produced by polars
-(``write_ndjson`` rows joined into one array): a million events take about a second.
+event of all runs written, so every rank shares one clock. The JSON rows are written by polars
+(``write_ndjson`` rows joined into one array), never by a Python loop over events; plain events
+carry ``kind``/``device`` args, collective ones also ``op``, ``bytes``, ``group``, ``peer``.
 """
 from __future__ import annotations
 
@@ -89,6 +90,7 @@ def _run_parts(analysis: Any, pid_base: int, t0: int, label: str | None) -> tupl
                          "args": {"sort_index": -10 + TRACKS.index(track)}})
 
     if events.height:
+        events = events.with_columns(pl.col(c).cast(pl.Utf8).fill_null("") for c in ("device", "pid", "tid"))
         threads = (
             events.select("rank", "device", "pid", "tid", "thread_name", "stream")
             .unique(["rank", "device", "pid", "tid"], keep="first")
@@ -104,19 +106,25 @@ def _run_parts(analysis: Any, pid_base: int, t0: int, label: str | None) -> tupl
             meta.append({"ph": "M", "name": "thread_name", "pid": pid_base + int(row["rank"]),
                          "tid": int(row["tid_out"]), "args": {"name": tname}})
         args = [c for c in ARG_COLUMNS if c in events.columns]
+        extra = [c for c in args if c not in ("kind", "device")]
         ev = events.join(threads.select("rank", "device", "pid", "tid", "tid_out"),
                          on=["rank", "device", "pid", "tid"], how="left")
-        out = ev.select(
-            pl.col("name").fill_null(""),
-            pl.col("cat").fill_null(""),
-            pl.lit("X").alias("ph"),
-            _us("start_ns", t0).alias("ts"),
-            _dur(t0),
-            (pl.col("rank").cast(pl.Int64) + pid_base).alias("pid"),
-            pl.col("tid_out").alias("tid"),
-            pl.struct(*args).alias("args"),
-        )
-        chunks.append(_ndjson_rows(out))
+        has_extra = pl.any_horizontal([pl.col(c).is_not_null() for c in extra]) if extra else pl.lit(False)
+        # plain events carry kind and device only; collective ones their op, bytes, group, peer too
+        for mask, cols in ((~has_extra, [c for c in args if c in ("kind", "device")]), (has_extra, args)):
+            part = ev.filter(mask)
+            if part.height == 0:
+                continue
+            chunks.append(_ndjson_rows(part.select(
+                pl.col("name").fill_null(""),
+                pl.col("cat").fill_null(""),
+                pl.lit("X").alias("ph"),
+                _us("start_ns", t0).alias("ts"),
+                _dur(t0),
+                (pl.col("rank").cast(pl.Int64) + pid_base).alias("pid"),
+                pl.col("tid_out").alias("tid"),
+                pl.struct(*cols).alias("args"),
+            )))
 
     if tl is not None and tl.height:
         for track, member in (("compute", pl.col("state").is_in(["compute", "overlap"])),

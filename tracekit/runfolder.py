@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -79,23 +80,52 @@ def find_trace_files(path: Path) -> list[Path]:
     Our own outputs (analysis/, memory/, train/, nccl/, run.json) are never taken for traces.
     """
     path = Path(path)
-    if not path.exists():
-        raise TracekitError("no such file or folder", path)
-    if path.is_file():
+    if not is_folder(path):
         return [path]
+    _check_readable_dir(path)
     if is_run_folder(path):
         root = traces_dir(path)
-        files = sorted(p for p in root.glob("*") if is_trace_file(p)) if root.is_dir() else []
-        return files
+        if not root.is_dir():
+            return []
+        _check_readable_dir(root)
+        return sorted(p for p in root.glob("*") if is_trace_file(p))
     skip = {"analysis", "memory", "train", "nccl", "logs"}
+
+    def unreadable(exc: OSError) -> None:   # never skip a folder silently
+        raise TracekitError(f"cannot read the folder ({exc.strerror or exc})", exc.filename)
+
     files = []
-    for p in sorted(path.rglob("*")):
-        rel = p.relative_to(path).parts
-        if any(part in skip or part.endswith(".analysis") for part in rel[:-1]):
+    for folder, subdirs, names in os.walk(path, onerror=unreadable):
+        rel = Path(folder).relative_to(path).parts
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        if any(part in skip or part.endswith(".analysis") for part in rel):
+            subdirs[:] = []
             continue
-        if is_trace_file(p) and p.name != "run.json" and p.name != "summary.json":
-            files.append(p)
-    return files
+        for name in sorted(names):
+            p = Path(folder) / name
+            if is_trace_file(p) and name not in ("run.json", "summary.json"):
+                files.append(p)
+    return sorted(files)
+
+
+def is_folder(path: Path) -> bool:
+    """True for a folder, False for a file; TracekitError when it is neither or cannot be looked at."""
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError:
+        raise TracekitError("no such file or folder", path) from None
+    except OSError as exc:   # e.g. a parent folder without permission
+        raise TracekitError(f"cannot look at it ({exc.strerror or exc})", path) from None
+    if stat.S_ISDIR(st.st_mode):
+        return True
+    if stat.S_ISREG(st.st_mode):
+        return False
+    raise TracekitError("neither a file nor a folder", path)
+
+
+def _check_readable_dir(folder: Path) -> None:
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise TracekitError("cannot read the folder (Permission denied)", folder)
 
 
 def load_run_json(run: Path) -> dict[str, Any] | None:
@@ -104,12 +134,61 @@ def load_run_json(run: Path) -> dict[str, Any] | None:
     if not p.is_file():
         return None
     try:
-        data = json.loads(p.read_bytes())
-    except (OSError, ValueError) as exc:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise TracekitError(f"cannot read run.json ({exc.strerror or exc})", p) from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
         raise TracekitError(f"run.json is damaged ({type(exc).__name__}: {exc})", p) from None
     if not isinstance(data, dict):
         raise TracekitError("run.json is not a JSON object", p)
+    problem = _run_json_problem(data)
+    if problem:
+        raise TracekitError(f"run.json is damaged ({problem})", p)
     return data
+
+
+def _is_int(value: Any, low: int = 0) -> bool:
+    return type(value) is int and value >= low
+
+
+def _run_json_problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with the keys analysis relies on, or None (absent keys are fine)."""
+    world = data.get("world_size")
+    if world is not None and not _is_int(world, 1):
+        return f"world_size {str(world)[:40]!r} is not a positive integer"
+    if not isinstance(data.get("status"), (str, type(None))):
+        return "status is not text"
+    if not isinstance(data.get("errors", []), (list, type(None))):
+        return "errors is not a list"
+    if not isinstance(data.get("config", {}), (dict, type(None))):
+        return "config is not an object"
+    topo = data.get("topology")
+    if topo is None:
+        return None
+    if not isinstance(topo, list):
+        return "topology is not a list"
+    for row in topo:
+        if not isinstance(row, dict) or not _is_int(row.get("rank")) or not _is_int(row.get("node", 0)):
+            return f"topology entry {str(row)[:60]!r} lacks an integer rank and node"
+    return None
+
+
+def run_status_line(run: dict[str, Any]) -> str:
+    """One line on how the run ended: status and each error's rank, kind and message."""
+    status = run.get("status")
+    if status == "running":
+        return ("the run's status is 'running': it never finished (killed before it could say, "
+                "or still running)")
+    errors = [e for e in run.get("errors") or [] if isinstance(e, dict)]
+    parts = []
+    for e in errors[:4]:
+        who = "the job" if e.get("rank") is None else f"rank {e.get('rank')}"
+        message = " ".join(str(e.get("message", "")).split())[:200]
+        parts.append(f"{who} {e.get('kind', 'error')}: {message}")
+    more = f"; and {len(errors) - 4} more" if len(errors) > 4 else ""
+    return f"the run's status is {status!r}" + (": " + "; ".join(parts) + more if parts else "")
 
 
 def load_json_if_present(path: Path) -> Any | None:

@@ -1,6 +1,10 @@
-"""Rank -> node: from run.json, from --ranks-per-node, or from each trace's host_name.
+"""Rank -> node: from --ranks-per-node, run.json, the run's NCCL logs, or each trace's host_name.
 
-Unknown topology is one node, with a warning that says how to give it.
+Sources, first that covers every rank wins: ``--ranks-per-node N`` (rank // N), run.json
+``topology`` (what the launcher placed), the NCCL_DEBUG logs' rank layout (host and node of
+every rank of the world communicator, tracekit.ingest.nccl_log.rank_layout), the traces'
+``host_name`` (one node per distinct host, numbered in rank order). Unknown topology is one
+node, with a warning that says how to give it.
 """
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ def node_of_ranks(
     run: dict[str, Any] | None = None,
     ranks_per_node: int | None = None,
     hosts: dict[int, str | None] | None = None,
+    layout: dict[int, dict[str, Any]] | None = None,
 ) -> tuple[dict[int, int], str, list[str]]:
-    """(rank -> node, where it came from, warnings)."""
+    """(rank -> node, where it came from, warnings). ``layout``: rank -> {node, ...} from NCCL logs."""
     ranks = sorted(ranks)
     if ranks_per_node:
         return {r: r // ranks_per_node for r in ranks}, "ranks_per_node", []
@@ -22,6 +27,8 @@ def node_of_ranks(
         nodes = {int(t["rank"]): int(t.get("node", 0)) for t in topo if "rank" in t}
         if all(r in nodes for r in ranks):
             return {r: nodes[r] for r in ranks}, "run.json", []
+    if layout and all(r in layout and layout[r].get("node") is not None for r in ranks):
+        return {r: int(layout[r]["node"]) for r in ranks}, "nccl_log", []
     hosts = hosts or {}
     if ranks and all(hosts.get(r) for r in ranks):
         order: dict[str, int] = {}
@@ -33,3 +40,46 @@ def node_of_ranks(
         "a run.json topology, or traces carrying host_name"
     )
     return {r: 0 for r in ranks}, "unknown", ([warn] if len(ranks) > 1 else [])
+
+
+def run_nccl_logs(path: Any) -> Any:
+    """The NCCL_DEBUG logs in <run>/nccl/ (tracekit.ingest.nccl_log.NcclLog), or None without any."""
+    from pathlib import Path
+
+    from tracekit import runfolder
+    from tracekit.errors import TracekitError
+    from tracekit.ingest.nccl_log import read_nccl_logs
+
+    folder = runfolder.nccl_dir(Path(path)) if Path(path).is_dir() else None
+    if folder is None or not folder.is_dir() or not any(
+            p.name.endswith((".log", ".log.gz", ".txt")) for p in folder.iterdir()):
+        return None
+    try:
+        return read_nccl_logs(folder)
+    except TracekitError:
+        return None
+
+
+def nccl_layout(path: Any) -> dict[int, dict[str, Any]] | None:
+    """rank -> {host, node, local_rank} from the NCCL logs in <run>/nccl/, or None without logs.
+
+    Logs often hold only some ranks (only rank 0's file kept, or an excerpt). When the world
+    communicator's lines give ``localRanks`` (NCCL 2.19+), a rank the logs do not show is put on
+    node rank // localRanks (``inferred``: contiguous placement, as torchrun and SLURM place).
+    """
+    from tracekit.ingest.nccl_log import rank_layout
+
+    log = run_nccl_logs(path)
+    if log is None:
+        return None
+    layout = rank_layout(log)
+    comms = log.comms
+    if comms.height:
+        n = int(comms["nranks"].max())
+        world = comms.filter(comms["nranks"] == n)
+        per_node = world["local_ranks"].drop_nulls().unique().to_list()
+        if len(per_node) == 1 and per_node[0] > 0:
+            for r in range(n):
+                layout.setdefault(r, {"host": None, "node": r // per_node[0], "local_rank": r % per_node[0],
+                                      "inferred": True})
+    return layout or None

@@ -2,17 +2,31 @@
 
 CPU/gloo traces show a collective twice: a short ``c10d::<op>`` call on the calling thread (the
 op the program asked for, with its tensors) and a ``gloo:<op>`` span on a runloop thread (what
-gloo really ran, and when). Nothing links the two but order, so on each rank the calls and the
-spans are paired in issue order; gloo runs reduce-scatter as a full all-reduce, which this
-pairing exposes (op reduce_scatter, wire_op all_reduce, wire_bytes the full input).
+gloo really ran, and when). Nothing links the two but order, time and size: each process group
+runs on runloop threads of its own, so with several groups the spans do not start in the calls'
+order. A span takes the first earlier, still unpaired call whose op gloo would run as the span's
+op, whose size agrees (the call's, or its flight-recorder entry's: tensor-list calls carry no
+dtype) and whose group is the one the span's thread served before (``_pair_rank``); p2p spans
+run on the calling thread and pair in order. gloo runs reduce-scatter as a full all-reduce,
+which this pairing exposes (op reduce_scatter, wire_op all_reduce, wire_bytes the full input).
 GPU/NCCL traces carry the collective on the kernel itself (record_param_comms args); kernels
 without them keep the op their name tells and unknown bytes.
 
 busbw factors (n = group size): all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
 (n-1)/n; broadcast, reduce, send, recv 1. ``ideal_bytes_per_rank`` = sum of S x factor, the
 ZeRO paper's per-rank communication volume under ideal ring algorithms.
+
+Process groups and cross-rank matching (tracekit.analyses.groups, .matching): every row gets its
+process group (``group`` = the c10d group name, ``group_desc``, ``group_ranks``, ``dim``) and
+its sequence number in that group (``group_seq``), then the k-th call of group G is matched
+across G's ranks: ``transfer_ns`` = the shortest of the matched durations, ``wait_ns`` = the
+rest of each rank's span (torch-tb-profiler's method); both stay null when a member rank is
+missing (``complete`` false). Matching runs on every call of the trace, before the window
+filter, so a call stays matched when one rank's window cuts it.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import polars as pl
 
@@ -21,7 +35,13 @@ COLLECTIVE_COLUMNS = {
     "rank": pl.Int32, "seq": pl.Int32, "op": pl.Utf8, "bytes": pl.Int64, "wire_op": pl.Utf8,
     "wire_bytes": pl.Int64, "group": pl.Utf8, "group_size": pl.Int32, "peer": pl.Int32,
     "start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Utf8, "device": pl.Utf8,
+    # the c10d call on the calling thread (CPU; null on GPU): what flight-recorder entries match
+    "call_start_ns": pl.Int64, "call_end_ns": pl.Int64,
+    # NCCL kernel name's algorithm and protocol (AllReduce_RING_LL -> RING, LL); null on gloo
+    "algorithm": pl.Utf8, "protocol": pl.Utf8,
+    "group_ranks_text": pl.Utf8,   # record_param_comms "Process Group Ranks" (GPU), JSON text
 }
+_KERNEL_ALGO = r"(?i)_(RING|TREE|COLLNET_DIRECT|COLLNET_CHAIN|COLLNET|NVLS_TREE|NVLS|PAT)_(LL128|LL|SIMPLE)(?:_|$)"
 
 
 def bus_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
@@ -35,27 +55,105 @@ def bus_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     )
 
 
-def _pair_in_order(calls: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    """Pair each rank's k-th call with its k-th span (per rank and p2p/collective class)."""
-    idx = [pl.int_range(pl.len()).over("rank", "p2p").alias("k")]
-    calls = calls.sort("rank", "start_ns").with_columns(*idx)
-    spans = spans.sort("rank", "start_ns").with_columns(*idx)
-    return spans.join(
-        calls.select("rank", "p2p", "k", pl.col("op").alias("call_op"), pl.col("bytes").alias("call_bytes"),
-                     pl.col("peer").alias("call_peer")),
-        on=["rank", "p2p", "k"], how="left",
-    )
+_SPAN_OP = {"reduce_scatter": "all_reduce"}   # what gloo really runs for a c10d op, where it differs
+_PAIR_TOLERANCE_NS = 100_000
 
 
-def cpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int]) -> tuple[pl.DataFrame, list[str]]:
-    """Collective instances of CPU ranks, one row per gloo span, with the op the program asked for."""
+def _pair_rank(calls: list[dict], spans: list[dict]) -> list[int | None]:
+    """For each span (in start order), the index of its call, or None.
+
+    p2p runs on the calling thread, in order. Collectives run on the process group's own runloop
+    threads, so spans of two groups can start out of their calls' order: a span takes, among
+    the calls issued before it (and not yet taken), the first whose op gloo would run as the
+    span's op, whose size (the span's, the call's or its flight-recorder entry's) agrees, and
+    whose group is the one this runloop thread served before; failing those, the first one.
+    """
+    out: list[int | None] = []
+    pending: list[int] = []
+    nxt = 0
+    thread_group: dict[str, str] = {}
+    for span in spans:
+        while nxt < len(calls) and calls[nxt]["start_ns"] <= span["start_ns"] + _PAIR_TOLERANCE_NS:
+            pending.append(nxt)
+            nxt += 1
+        if not pending and nxt < len(calls):    # a span before any call: take the next call
+            pending.append(nxt)
+            nxt += 1
+        if not pending:
+            out.append(None)
+            continue
+
+        def cost(pos_i: tuple[int, int]) -> tuple[int, int]:
+            pos, i = pos_i
+            c = calls[i]
+            bad = 0
+            if _SPAN_OP.get(c["op"], c["op"]) != span["op"]:
+                bad += 4
+            sizes = {c.get("bytes"), c.get("fr_in_bytes"), c.get("fr_out_bytes")} - {None}
+            if sizes and span.get("bytes") is not None and span["bytes"] not in sizes:
+                bad += 2
+            seen = thread_group.get(span["thread"])
+            if seen is not None and c.get("fr_group") is not None and seen != c["fr_group"]:
+                bad += 2
+            return bad, pos
+
+        best_pos, best = min(enumerate(pending), key=cost)
+        pending.pop(best_pos)
+        if calls[best].get("fr_group") is not None:
+            thread_group.setdefault(span["thread"], calls[best]["fr_group"])
+        out.append(best)
+    return out
+
+
+def _pair(calls: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Each span with its c10d call's op, bytes, peer, times and flight-recorder facts."""
+    fr_cols = [c for c in ("fr_group", "fr_desc", "fr_seq", "fr_in_bytes", "fr_out_bytes", "fr_source")
+               if c in calls.columns]
+    calls = calls.sort("rank", "start_ns").with_columns(pl.concat_str([pl.col("pid"), pl.col("tid")], separator="/").alias("thread"))
+    spans = spans.sort("rank", "start_ns").with_columns(
+        pl.concat_str([pl.col("pid"), pl.col("tid")], separator="/").alias("thread"))
+    keep = ["rank", "p2p", "op", "bytes", "peer", "start_ns", "end_ns", *fr_cols]
+    call_rows = calls.select(keep).to_dicts()
+    span_rows = spans.select("rank", "p2p", "op", "bytes", "start_ns", "thread").to_dicts()
+    by_key: dict[tuple, list[dict]] = {}
+    for c in call_rows:
+        by_key.setdefault((c["rank"], c["p2p"]), []).append(c)
+    spans_by_key: dict[tuple, list[int]] = {}
+    for k, sp in enumerate(span_rows):
+        spans_by_key.setdefault((sp["rank"], sp["p2p"]), []).append(k)
+    matched: list[dict | None] = [None] * len(span_rows)
+    for key, idx in spans_by_key.items():
+        cs = by_key.get(key, [])
+        if key[1]:                               # p2p: in order on the calling thread
+            picks = [i if i < len(cs) else None for i in range(len(idx))]
+        else:
+            picks = _pair_rank(cs, [span_rows[k] for k in idx])
+        for k, i in zip(idx, picks):
+            matched[k] = cs[i] if i is not None else None
+    schema = {"call_op": pl.Utf8, "call_bytes": pl.Int64, "call_peer": pl.Int32, "call_start_ns": pl.Int64,
+              "call_end_ns": pl.Int64, "fr_group": pl.Utf8, "fr_desc": pl.Utf8, "fr_seq": pl.Int64,
+              "fr_in_bytes": pl.Int64, "fr_out_bytes": pl.Int64, "fr_source": pl.Utf8}
+    cols = {name: [] for name in schema}
+    src = {"call_op": "op", "call_bytes": "bytes", "call_peer": "peer", "call_start_ns": "start_ns",
+           "call_end_ns": "end_ns"}
+    for m in matched:
+        for name in schema:
+            cols[name].append(None if m is None else m.get(src.get(name, name)))
+    return spans.hstack(pl.DataFrame(cols, schema=schema))
+
+
+def cpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int], sources: Any = None) -> tuple[pl.DataFrame, list[str]]:
+    """Collective instances of CPU ranks, one row per gloo span, with the op the program asked for
+    and, where the run's flight-recorder dumps tell, its process group and sequence number."""
+    from tracekit.analyses import groups
+
     warnings: list[str] = []
     comm = events.filter((pl.col("device") == "cpu") & (pl.col("kind") == "communication") & pl.col("op").is_not_null())
     p2p = pl.col("op").is_in(P2P)
     calls = comm.filter(pl.col("cat") == "cpu_op").with_columns(p2p.alias("p2p"))
     spans = comm.filter(pl.col("cat") == "user_annotation").with_columns(p2p.alias("p2p"))
     if spans.height == 0:
-        return pl.DataFrame(schema=COLLECTIVE_COLUMNS), warnings
+        return pl.DataFrame(schema=COLLECTIVE_COLUMNS | groups.FR_COLUMNS), warnings
     n_calls = calls.group_by("rank", "p2p").len()
     n_spans = spans.group_by("rank", "p2p").len()
     mismatch = n_spans.join(n_calls, on=["rank", "p2p"], how="left").filter(pl.col("len") != pl.col("len_right").fill_null(0))
@@ -64,7 +162,9 @@ def cpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int]) -> tuple[
             "collective calls and gloo spans differ in number on ranks "
             f"{sorted(set(mismatch['rank'].to_list()))}: sizes of unpaired spans come from the spans alone"
         )
-    paired = _pair_in_order(calls, spans)
+    calls, fr_warnings = groups.attribute_calls(calls, sources)
+    warnings += fr_warnings
+    paired = _pair(calls, spans)
     sizes = pl.col("rank").replace_strict(group_sizes, default=None, return_dtype=pl.Int32)
     # a paired call whose op the span could have run (reduce_scatter -> gloo all_reduce) wins
     op = pl.coalesce("call_op", "op")
@@ -85,8 +185,10 @@ def cpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int]) -> tuple[
             pl.coalesce(pl.col("group_size"), sizes).alias("group_size"),
             pl.col("peer_").alias("peer"),
             "start_ns", "end_ns",
-            pl.concat_str([pl.col("pid"), pl.col("tid")], separator="/").alias("thread"),
-            "device",
+            "thread", "device", "call_start_ns", "call_end_ns",
+            pl.lit(None, dtype=pl.Utf8).alias("algorithm"), pl.lit(None, dtype=pl.Utf8).alias("protocol"),
+            pl.lit(None, dtype=pl.Utf8).alias("group_ranks_text"),
+            "fr_group", "fr_desc", "fr_seq", "fr_in_bytes", "fr_out_bytes", "fr_source",
         ),
         warnings,
     )
@@ -107,33 +209,63 @@ def gpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int]) -> pl.Dat
         "peer", "start_ns", "end_ns",
         pl.concat_str([pl.lit("stream"), pl.col("tid")], separator=" ").alias("thread"),
         "device",
+        pl.lit(None, dtype=pl.Int64).alias("call_start_ns"), pl.lit(None, dtype=pl.Int64).alias("call_end_ns"),
+        pl.col("name").str.extract(_KERNEL_ALGO, 1).str.to_uppercase().alias("algorithm"),
+        pl.col("name").str.extract(_KERNEL_ALGO, 2).str.to_uppercase().alias("protocol"),
+        pl.col("group_ranks").alias("group_ranks_text"),
     )
 
 
+def raw_collectives(
+    events: pl.DataFrame, group_sizes: dict[int, int], sources: Any = None
+) -> tuple[pl.DataFrame, list[str]]:
+    """Every collective instance of the trace (no window), with its process group, group
+    sequence number and, where all members are present, transfer and wait time.
+
+    ``sources`` (tracekit.analyses.groups.GroupSources) holds the flight-recorder dumps, run.json
+    process groups and each trace's pg_config; None attributes from the traces alone.
+    """
+    from tracekit.analyses import groups, matching
+
+    cpu, warnings = cpu_collectives(events, group_sizes, sources)
+    table = pl.concat([cpu.cast(COLLECTIVE_COLUMNS | groups.FR_COLUMNS),
+                       gpu_collectives(events, group_sizes).cast(COLLECTIVE_COLUMNS)], how="diagonal")
+    table, group_warnings = groups.attribute(table, sources)
+    table, match_warnings = matching.match(table)
+    table = table.with_columns(
+        bus_factor(pl.col("op"), pl.col("group_size").fill_null(1)).alias("bus_factor"),
+    )
+    return table, warnings + group_warnings + match_warnings
+
+
 def collectives_table(
-    events: pl.DataFrame, windows: pl.DataFrame, group_sizes: dict[int, int]
+    events: pl.DataFrame, windows: pl.DataFrame, group_sizes: dict[int, int], sources: Any = None
 ) -> tuple[pl.DataFrame, list[str]]:
     """Every collective instance that starts inside its rank's window, with factor and duration."""
-    cpu, warnings = cpu_collectives(events, group_sizes)
-    table = pl.concat([cpu.cast(COLLECTIVE_COLUMNS), gpu_collectives(events, group_sizes).cast(COLLECTIVE_COLUMNS)])
+    table, warnings = raw_collectives(events, group_sizes, sources)
     table = (
         table.join(windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")), on="rank")
         .filter((pl.col("start_ns") >= pl.col("w0")) & (pl.col("start_ns") < pl.col("w1")))
         .drop("w0", "w1")
-        .with_columns(
-            ((pl.col("end_ns") - pl.col("start_ns")) * 1e-9).alias("duration_s"),
-            bus_factor(pl.col("op"), pl.col("group_size").fill_null(1)).alias("bus_factor"),
-        )
+        .with_columns(((pl.col("end_ns") - pl.col("start_ns")) * 1e-9).alias("duration_s"))
         .sort("rank", "start_ns")
     )
     return table, warnings
 
 
 def collectives_summary(table: pl.DataFrame) -> dict:
-    """summary.json ``collectives``: totals over all ranks' calls, per op, bandwidth by duration."""
+    """summary.json ``collectives``: totals over all ranks' calls; per op and per process group,
+    bandwidth from matched transfer times (tracekit.analyses.matching), else from durations."""
+    from tracekit.analyses import matching
+
     if table.height == 0:
         return {"count": 0, "bytes": 0, "ideal_bytes_per_rank": 0, "per_op": [], "per_group": [],
-                "time_basis": "duration"}
+                "time_basis": "duration", "calls": 0, "complete_calls": 0}
+    has_match = "call_id" in table.columns
+    if not has_match:   # a table built without matching: every row on its own
+        table = table.with_columns(pl.lit(None, dtype=pl.Utf8).alias("call_id"), pl.lit(False).alias("complete"),
+                                   pl.lit(None, dtype=pl.Int64).alias("transfer_ns"),
+                                   pl.lit(None, dtype=pl.Int64).alias("wait_ns"))
     per_rank_ideal = table.group_by("rank").agg((pl.col("bytes").fill_null(0) * pl.col("bus_factor")).sum().alias("ideal"))
     per_op = (
         table.group_by("op")
@@ -144,6 +276,10 @@ def collectives_summary(table: pl.DataFrame) -> dict:
             pl.col("duration_s").sum().alias("time_s"),
             pl.col("wire_bytes").sum().alias("wire_bytes"),
             pl.col("bus_factor").mean().alias("bus_factor"),
+            pl.col("call_id").drop_nulls().n_unique().alias("calls"),
+            pl.col("call_id").filter(pl.col("complete")).n_unique().alias("complete_calls"),
+            pl.col("transfer_ns").filter(pl.col("complete")).sum().alias("transfer_ns"),
+            pl.col("wait_ns").filter(pl.col("complete")).sum().alias("wait_ns"),
         )
         .with_columns(
             pl.when(pl.col("time_s") > 0).then(pl.col("bytes") / pl.col("time_s") / 1e9).alias("algbw_gbps"),
@@ -151,19 +287,33 @@ def collectives_summary(table: pl.DataFrame) -> dict:
         .with_columns((pl.col("algbw_gbps") * pl.col("bus_factor")).alias("busbw_gbps"))
         .sort("bytes", descending=True, nulls_last=True)
     )
+    # one row per call for the transfer-based bandwidth (p2p: send and recv are one transfer)
+    calls = matching.calls_frame(table.filter(~pl.col("op").is_in(P2P))).to_dicts() if has_match else []
+    p2p_calls = matching.calls_frame(table.filter(pl.col("op").is_in(P2P))).to_dicts() if has_match else []
+    rows = []
+    for r in per_op.iter_rows(named=True):
+        op_calls = p2p_calls if r["op"] in P2P else [c for c in calls if c["op"] == r["op"]]
+        algbw, busbw = matching.bandwidth(op_calls)
+        transfer = r["complete_calls"] > 0
+        rows.append({
+            "op": r["op"], "count": r["count"], "bytes": int(r["bytes"] or 0),
+            "wire_bytes": int(r["wire_bytes"] or 0), "unknown_size": r["unknown_size"],
+            "calls": r["calls"], "complete_calls": r["complete_calls"],
+            "transfer_s": r["transfer_ns"] * 1e-9 if transfer else None,
+            "wait_s": r["wait_ns"] * 1e-9 if transfer else None,
+            "time_s": r["time_s"],
+            "algbw_gbps": algbw if transfer else r["algbw_gbps"],
+            "busbw_gbps": busbw if transfer else r["busbw_gbps"],
+            "time_basis": "transfer" if transfer else "duration",
+        })
+    bases = {r["time_basis"] for r in rows}
     return {
         "count": table.height,
         "bytes": int(table["bytes"].fill_null(0).sum()),
         "ideal_bytes_per_rank": int(per_rank_ideal["ideal"].max() or 0),
-        "time_basis": "duration",
-        "per_op": [
-            {
-                "op": r["op"], "count": r["count"], "bytes": int(r["bytes"] or 0),
-                "wire_bytes": int(r["wire_bytes"] or 0), "unknown_size": r["unknown_size"],
-                "transfer_s": None, "wait_s": None, "time_s": r["time_s"],
-                "algbw_gbps": r["algbw_gbps"], "busbw_gbps": r["busbw_gbps"],
-            }
-            for r in per_op.iter_rows(named=True)
-        ],
-        "per_group": [],
+        "time_basis": bases.pop() if len(bases) == 1 else "mixed",
+        "calls": int(table["call_id"].drop_nulls().n_unique()),
+        "complete_calls": int(table.filter(pl.col("complete"))["call_id"].n_unique()),
+        "per_op": rows,
+        "per_group": matching.per_group(table) if has_match else [],
     }

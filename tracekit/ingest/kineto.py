@@ -72,22 +72,23 @@ Collective columns (``op``, ``bytes``, ``dtype``, ``group``, ``group_size``, ``g
 
 Ranks: ``distributedInfo.rank``, else the ``rank`` argument, else ``rank<N>``/``rank-<N>``/
 ``rank_<N>`` in the file name (runfolder.rank_from_filename; never other digits), else 0 with
-a warning. :func:`read_traces` refuses a defaulted rank when given several files and refuses
-two files with one rank. It parses files in spawned worker processes (fork is unsafe once
+a warning. :func:`read_traces` refuses a defaulted rank when given several files; several
+files of one rank go to tracekit.ingest.foreign (latest profiling cycle, or an error). It
+parses files in spawned worker processes (fork is unsafe once
 polars' thread pool runs); frames come back as Arrow IPC bytes, metadata as JSON.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import multiprocessing
 import os
+import stat
 import sys
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,8 @@ class TraceInfo:
     has_gpu: bool               # any kernel / gpu_memcpy / gpu_memset events
     profiler_steps: int         # number of ProfilerStep#N annotations
     warnings: tuple[str, ...]   # one line each: what is missing or was dropped
+    # device ('cpu', 'cuda:0', ...) -> max 'Total Allocated' of the profiler's [memory] events
+    memory_peak_bytes: dict[str, int] = field(default_factory=dict)
 
 
 # --- decoding ------------------------------------------------------------------------------
@@ -150,6 +153,9 @@ class _Args(msgspec.Struct, gc=False):
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     src_rank: Any = msgspec.field(default=None, name="Src Rank")
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")   # [memory] events
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -171,22 +177,127 @@ class _Trace(msgspec.Struct, gc=False):
     host_name: Any = None
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's JSON bytes: gunzipped in one call when it starts with the gzip magic."""
+MAX_BYTES_ENV = "TRACEKIT_MAX_TRACE_BYTES"
+#: parsing holds about 6.7 bytes of memory per byte of JSON (peak RSS growth measured on
+#: nccl_data.json.gz); the default limit leaves room for the analysis after it
+_MEMORY_PER_JSON_BYTE = 8
+_GUNZIP_CHUNK = 16 * 2**20
+_DEFLATE_MAX_RATIO = 1032
+_SUFFIXES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def _available_memory() -> int | None:
+    """Bytes this process may still allocate: MemAvailable, capped by a cgroup v2 limit."""
+    avail = None
     try:
-        data = path.read_bytes()
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit.isdigit() and avail is not None:
+            avail = min(avail, max(int(limit) - used, 0))
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def max_trace_bytes() -> tuple[int, str]:
+    """(largest JSON size, uncompressed, that one trace may have; why that number)."""
+    text = os.environ.get(MAX_BYTES_ENV, "").strip().lower().removesuffix("b").removesuffix("i")
+    if text:
+        unit = text[-1] if text[-1] in "kmgt" else ""
+        try:
+            value = int(float(text.removesuffix(unit)) * _SUFFIXES[unit])
+        except ValueError:
+            raise TracekitError(f"{MAX_BYTES_ENV}={os.environ[MAX_BYTES_ENV]!r} is not a number of "
+                                "bytes (e.g. 2000000000 or 2G)") from None
+        return max(value, 0), f"{MAX_BYTES_ENV}"
+    avail = _available_memory()
+    if avail is None:
+        return 2**62, "no memory limit known"
+    return avail // _MEMORY_PER_JSON_BYTE, (f"1/{_MEMORY_PER_JSON_BYTE} of the {avail / 1e9:.1f} GB "
+                                            "of available memory")
+
+
+def _too_big(size: int, limit: int, why: str, path: Path, *, gz: bool = False,
+             at_least: bool = False) -> TracekitError:
+    amount = f"{'more than ' if at_least else ''}{size / 1e9:.2f} GB of JSON"
+    return TracekitError(
+        f"trace too large to parse on this machine: {amount}{' once uncompressed' if gz else ''}, "
+        f"over the limit of {limit / 1e9:.2f} GB ({why}); set {MAX_BYTES_ENV} to change it, or "
+        "analyse it on a machine with more memory", path)
+
+
+def _gunzip(raw: bytes, limit: int, why: str, path: Path) -> bytes:
+    """Stream-decompress every gzip member, stopping as soon as the output passes ``limit``."""
+    parts, total = [], 0
+    d = zlib.decompressobj(wbits=31)
+    buf = raw
+    try:
+        while True:
+            part = d.decompress(buf, _GUNZIP_CHUNK)
+            total += len(part)
+            if total > limit:
+                raise _too_big(total, limit, why, path, gz=True, at_least=True)
+            parts.append(part)
+            buf = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data
+                if not rest.strip(b"\0"):
+                    break
+                d, buf = zlib.decompressobj(wbits=31), rest   # another gzip member
+            elif not buf:
+                part = d.flush()
+                if part:
+                    parts.append(part)
+                    total += len(part)
+                if not d.eof:
+                    raise TracekitError("truncated gzip file (it ends before its end marker)", path)
+                break
+    except zlib.error as exc:
+        raise TracekitError(f"corrupt gzip data ({exc})", path) from None
+    return b"".join(parts)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's JSON bytes (gunzipped when it starts with the gzip magic), refused before it
+    is read when it is larger than :func:`max_trace_bytes` (for gzip: the size its trailer
+    states, then the running output size)."""
+    limit, why = max_trace_bytes()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO must not block us
     except OSError as exc:
         raise TracekitError(f"cannot read the file ({exc.strerror or exc})", path) from None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise TracekitError("not a regular file", path)
+            head = f.read(2)
+            gz = head == b"\x1f\x8b"
+            if not gz and st.st_size > limit:
+                raise _too_big(st.st_size, limit, why, path)
+            if gz and st.st_size > limit:
+                raise _too_big(st.st_size, limit, why, path, gz=True, at_least=True)
+            if gz and st.st_size >= 18:
+                f.seek(-4, os.SEEK_END)
+                stated = int.from_bytes(f.read(4), "little")   # ISIZE: size mod 2**32
+                # trust it only if deflate could reach it (ratio <= 1032): a cut file ends in noise
+                if limit < stated <= _DEFLATE_MAX_RATIO * st.st_size:
+                    raise _too_big(stated, limit, why, path, gz=True)
+            f.seek(0)
+            data = f.read()
+        except OSError as exc:
+            raise TracekitError(f"cannot read the file ({exc.strerror or exc})", path) from None
     if not data:
         raise TracekitError("empty file", path)
-    if data[:2] != b"\x1f\x8b":
+    if not gz:
         return data
-    try:
-        data = gzip.decompress(data)
-    except EOFError:
-        raise TracekitError("truncated gzip file (it ends before its end marker)", path) from None
-    except (gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise TracekitError(f"corrupt gzip data ({exc})", path) from None
+    data = _gunzip(data, limit, why, path)
     if not data:
         raise TracekitError("empty file (gzip of nothing)", path)
     return data
@@ -493,9 +604,39 @@ def _events_frame(trace: _Trace, rank: int, base_ns: int | None, group_size: int
     return frame.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
 
+#: c10::DeviceType numbers of the [memory] events' "Device Type" -> torch device names
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
+                 8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu",
+                 16: "ve", 17: "lazy", 18: "ipu", 19: "mtia", 20: "privateuseone"}
+
+
+def memory_peaks(events: list[_Event]) -> dict[str, int]:
+    """Device -> max ``Total Allocated`` over the ``[memory]`` instant events (``ph: "i"``).
+
+    Keys are torch device names: "cpu", "cuda:0", ... On CPU the profiler's reporter counts only
+    tensors allocated while it records, so the CPU peak is the peak of memory allocated during
+    the profiled window (tensors that existed before it are not in it); on GPU it is the caching
+    allocator's total allocated, everything included.
+    """
+    mem = [e.args for e in events if e.ph == "i" and e.name == "[memory]" and e.args is not None]
+    if not mem:
+        return {}
+    frame = pl.DataFrame([
+        _series("type", [a.device_type for a in mem], pl.Int64),
+        _series("id", [a.device_id for a in mem], pl.Int64),
+        _series("total", [a.total_allocated for a in mem], pl.Int64),
+    ]).drop_nulls()
+    name = pl.col("type").replace_strict(_DEVICE_TYPES, default=None, return_dtype=pl.Utf8)
+    name = pl.coalesce(name, pl.lit("device") + pl.col("type").cast(pl.Utf8))
+    peaks = frame.group_by("type", "id").agg(pl.col("total").max()).with_columns(
+        pl.when((pl.col("type") == 0) | (pl.col("id") < 0)).then(name)
+        .otherwise(pl.concat_str([name, pl.col("id").cast(pl.Utf8)], separator=":")).alias("device"))
+    return {d: int(t) for d, t in peaks.select("device", "total").iter_rows()}
+
+
 def _count_steps(frame: pl.DataFrame) -> int:
-    steps = frame.filter((pl.col("device") == "cpu")
-                         & pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
+    steps = frame.filter(pl.col("name").str.starts_with("ProfilerStep#")).filter(
+        (pl.col("device") == "cpu") & pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
     return steps["name"].n_unique()
 
 
@@ -520,41 +661,154 @@ def read_trace(path: Path, rank: int | None = None) -> tuple[TraceInfo, pl.DataF
         path=path, rank=chosen, rank_source=source, **meta,
         has_gpu=bool(frame["cat"].is_in(["kernel", "gpu_memcpy", "gpu_memset"]).any()),
         profiler_steps=_count_steps(frame), warnings=tuple(warnings),
+        memory_peak_bytes=memory_peaks(trace.traceEvents),
     )
     return info, frame
 
 
-def _encode_info(info: TraceInfo) -> bytes:
+_HEAD_BYTES = 1 << 16
+_DIST_KEY = b'"distributedInfo"'
+
+
+def _object_at(text: bytes, start: int) -> bytes | None:
+    """The JSON object that starts at ``text[start]`` (a "{"), or None if it is cut off."""
+    depth, in_str, esc = 0, False, False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif c == 0x5C:      # backslash
+                esc = True
+            elif c == 0x22:      # quote
+                in_str = False
+        elif c == 0x22:
+            in_str = True
+        elif c == 0x7B:          # {
+            depth += 1
+        elif c == 0x7D:          # }
+            depth -= 1
+            if depth == 0:
+                return text[start:i + 1]
+    return None
+
+
+def peek_distributed_info(path: Path, head_bytes: int = _HEAD_BYTES) -> dict | None:
+    """``distributedInfo`` read from the first 64 KB of a trace, without parsing its events.
+
+    Kineto writes it before ``traceEvents``, so selecting ranks by it (``--ranks``,
+    ``--sample``) costs a few milliseconds per file, not a parse. None when the head does not
+    hold it (or the file cannot be read: reading it later reports that properly).
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(head_bytes)
+            if head[:2] == b"\x1f\x8b":   # gzip: inflate until head_bytes of JSON are out
+                inflate = zlib.decompressobj(wbits=31)
+                out = inflate.decompress(head, head_bytes)
+                while len(out) < head_bytes and not inflate.eof:
+                    more = inflate.unconsumed_tail or f.read(head_bytes)
+                    if not more:
+                        break
+                    out += inflate.decompress(more, head_bytes - len(out))
+                head = out
+    except (OSError, zlib.error):
+        return None
+    at = head.find(_DIST_KEY)
+    if at < 0:
+        return None
+    brace = head.find(b"{", at + len(_DIST_KEY))
+    if brace < 0 or head[at + len(_DIST_KEY):brace].strip(b" \t\r\n:") != b"":
+        return None
+    obj = _object_at(head, brace)
+    try:
+        info = msgspec.json.decode(obj) if obj else None
+    except msgspec.DecodeError:
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def peek_rank(path: Path) -> int | None:
+    """The rank a trace file declares in its head (``distributedInfo.rank``), else None."""
+    info = peek_distributed_info(path)
+    return _as_int(info.get("rank"), 0, _RANK_LIMIT) if info else None
+
+
+def encode_info(info: TraceInfo) -> bytes:
+    """TraceInfo as JSON bytes (worker results, cache entries)."""
     return msgspec.json.encode(info, enc_hook=str)
 
 
-def _decode_info(data: bytes) -> TraceInfo:
+def decode_info(data: bytes) -> TraceInfo:
     return msgspec.json.decode(data, type=TraceInfo,
                                dec_hook=lambda typ, obj: Path(obj) if typ is Path else obj)
 
 
-def _work(path: str) -> tuple[str, bytes, bytes]:
-    """Worker task: ("ok", info JSON, events IPC) or ("error", message, path): bytes only."""
+_encode_info, _decode_info = encode_info, decode_info
+
+
+def _parse_one(path: Path, cache_dir: Path | None, store: bool,
+               writer: Any = None) -> tuple[TraceInfo, pl.DataFrame]:
+    """read_trace, then (``store``) its cache entry, keyed by the file as it was before reading.
+
+    ``writer`` (a one-thread executor) writes the entry in the background: polars encodes
+    parquet without the GIL, so it overlaps with decoding the next file.
+    """
+    if not store:
+        return read_trace(path)
+    from tracekit import cache
+
+    want = cache.key(path)
+    info, frame = read_trace(path)
+    if writer is not None:
+        writer.submit(cache.store, path, info, frame, cache_dir, want)
+    else:
+        cache.store(path, info, frame, cache_dir, want)
+    return info, frame
+
+
+def _work(path: str, cache_dir: str | None = None, store: bool = False) -> tuple[str, bytes, bytes]:
+    """Worker task: ("ok", info JSON, events IPC) or ("error", message, path): bytes only.
+
+    The frame travels as lz4-compressed Arrow IPC: ~10x smaller than plain IPC (a 30 MB rank
+    is 2 MB on the pipe), for the same CPU.
+    """
     try:
-        info, frame = read_trace(Path(path))
+        info, frame = _parse_one(Path(path), Path(cache_dir) if cache_dir else None, store)
     except TracekitError as err:
         message = str(err)
         prefix = f"{err.path}: " if err.path else ""
         return "error", message.removeprefix(prefix).encode(), (err.path or "").encode()
-    return "ok", _encode_info(info), frame.write_ipc(None).getvalue()
+    return "ok", encode_info(info), frame.write_ipc(None, compression="lz4").getvalue()
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _idle_cpus() -> int:
+    """CPUs this process may use minus the machine's runnable load (1-minute average)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    return max(1, int(_cpus() - load + 0.5))
 
 
 def _default_workers(paths: list[Path]) -> int:
-    """One per file up to the CPUs this process may use; none for small inputs.
+    """One per file up to the idle CPUs; none (parse here, one file at a time) for small inputs
+    or a busy machine.
 
-    Starting a spawned worker costs about half a second (a fresh interpreter importing
-    polars), the time to parse ~5 MB of gzipped trace, so small run folders parse faster here.
+    A spawned worker costs ~0.7 CPU-s to start (a fresh interpreter importing polars, the time
+    to parse ~5 MB of gzipped trace) and its own copy of the libraries in memory, and its
+    results cross a pipe. Measured on a shared 2-core machine (benchmarks/README.md): with
+    the cores busy, two workers made 8 x 30 MB ranks take *longer* than parsing them here,
+    with 35 % more CPU and memory; they pay off only with idle cores to run on.
     """
     total = sum(p.stat().st_size for p in paths if p.is_file())
     if total < _POOL_MIN_BYTES:
         return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(len(paths), cpus or 1)
+    return min(len(paths), _idle_cpus())
 
 
 def _spawn_can_start() -> bool:
@@ -566,54 +820,83 @@ def _spawn_can_start() -> bool:
     return main_path is None or os.path.isfile(main_path)
 
 
-def _parse_all(paths: list[Path], workers: int) -> list[tuple[TraceInfo, pl.DataFrame]]:
-    """Parse each file in a spawned worker (fork is unsafe once polars' threads run)."""
+def _parse_all(paths: list[Path], workers: int, cache_dir: Path | None = None,
+               store: bool = False) -> list[tuple[TraceInfo, pl.DataFrame]]:
+    """Parse each file in a spawned worker (fork is unsafe once polars' threads run).
+
+    Results are collected as they come (``imap``-style, one file per task), so the parent
+    holds the compact frames of finished ranks and each worker the raw JSON of one rank at a
+    time: memory is bounded by ``workers`` ranks of JSON, not the job's.
+    """
     if workers <= 1 or not _spawn_can_start():
-        return [read_trace(p) for p in paths]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as writer:
+            return [_parse_one(p, cache_dir, store, writer if store else None) for p in paths]
     ctx = multiprocessing.get_context("spawn")
+    out = []
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            results = list(pool.map(_work, [str(p) for p in paths]))
+            n = len(paths)
+            for status, first, second in pool.map(_work, [str(p) for p in paths],
+                                                   [str(cache_dir) if cache_dir else None] * n,
+                                                   [store] * n):
+                if status == "error":
+                    raise TracekitError(first.decode(), second.decode() or None)
+                out.append((decode_info(first), pl.read_ipc(second)))
     except BrokenProcessPool:
         raise TracekitError(
             "a worker process died while reading traces (out of memory, or a script that calls "
             "tracekit without an `if __name__ == '__main__':` guard); try workers=1") from None
-    out = []
-    for status, first, second in results:
-        if status == "error":
-            raise TracekitError(first.decode(), second.decode() or None)
-        out.append((_decode_info(first), pl.read_ipc(second)))
     return out
 
 
 def _check_ranks(infos: list[TraceInfo]) -> None:
-    seen: dict[int, Path] = {}
+    """A defaulted rank among several files is an error; several files of one rank are sorted
+    out by tracekit.ingest.foreign (profiling cycles, clashes, mixed jobs)."""
     for info in infos:
         if len(infos) > 1 and info.rank_source == "default":
             raise TracekitError("no rank in distributedInfo or file name, and several trace "
                                 "files were given: name it rank<N>", info.path)
-        if info.rank in seen:
-            raise TracekitError(f"rank {info.rank} is claimed by {seen[info.rank]} too",
-                                info.path)
-        seen[info.rank] = info.path
 
 
-def read_traces(paths: Sequence[Path],
-                workers: int | None = None) -> tuple[list[TraceInfo], pl.DataFrame]:
+def read_traces(paths: Sequence[Path], workers: int | None = None, *,
+                cache: bool | None = False,
+                cache_dir: Path | None = None) -> tuple[list[TraceInfo], pl.DataFrame]:
     """Read several ranks' traces in parallel: infos sorted by rank, one events frame.
 
     ``workers``: worker processes, one file per task; default one per file up to the usable
-    CPUs, or none (parse here) when the files total under 16 MiB; 1 parses here. One file is
-    always parsed here and its rank may default to 0 with a warning; several files each need
-    a rank of their own, and distinct ones, else TracekitError.
+    CPUs, or none (parse here) when the files to parse total under 16 MiB; 1 parses here. One
+    file is always parsed here and its rank may default to 0 with a warning; several files each
+    need a rank of their own; several files of one rank are the latest profiling cycle
+    (warning), or an error (same time, other process, mixed jobs: tracekit.ingest.foreign).
+
+    ``cache`` (tracekit.cache): False ignores it; None reads matching entries (beside each
+    trace, or in ``cache_dir``) and parses the rest; True also writes an entry for every file
+    it had to parse.
     """
     paths = [Path(p) for p in paths]
     if not paths:
         raise TracekitError("no trace files to read")
-    if workers is None:
-        workers = _default_workers(paths)
-    parsed = _parse_all(paths, min(workers, len(paths)))
+    hits: dict[Path, tuple[TraceInfo, pl.DataFrame]] = {}
+    if cache is not False:
+        from tracekit import cache as cache_mod
+
+        for p in paths:
+            found = cache_mod.load(p, cache_dir)
+            if found is not None:
+                hits[p] = found
+    todo = [p for p in paths if p not in hits]
+    if todo:
+        if workers is None:
+            workers = _default_workers(todo)
+        parsed_now = _parse_all(todo, min(workers, len(todo)), cache_dir, store=cache is True)
+        hits.update(zip(todo, parsed_now))
+    parsed = [hits[p] for p in paths]
     _check_ranks([info for info, _ in parsed])
+    from tracekit.ingest.foreign import select_traces   # imports this module
+
+    parsed = select_traces(parsed)
     parsed.sort(key=lambda pair: pair[0].rank)
     frames = [frame for _, frame in parsed]
-    return [info for info, _ in parsed], pl.concat(frames, how="vertical")
+    return [info for info, _ in parsed], pl.concat(frames, how="vertical", rechunk=False)

@@ -1,0 +1,78 @@
+"""The parse floor: read + gunzip + JSON-decode the same files, nothing else, as fast as Python can.
+
+``python floor.py --parser msgspec|orjson --workers W FILE...``
+
+- ``msgspec``: decode into the very typed Structs tracekit's ingest declares (``_Trace``,
+  ``_Event``, ``_Args``: only the fields it reads; their class definitions are taken from
+  tracekit/ingest/kineto.py's source, so this process imports msgspec only, not polars);
+- ``orjson``: ``orjson.loads`` of the whole document (dicts and lists of everything).
+
+Workers: W > 1 parses in a spawned ProcessPoolExecutor of W processes, one file per task, as
+tracekit does; W = 1 parses in this process. Prints the number of events decoded.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import gzip
+import sys
+import types
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+KINETO = Path(__file__).resolve().parents[1] / "tracekit" / "ingest" / "kineto.py"
+_decoder = None
+
+
+def _structs() -> dict:
+    """_Args, _Event, _Trace exactly as kineto.py defines them (exec'd with msgspec only)."""
+    import typing
+
+    import msgspec
+
+    tree = ast.parse(KINETO.read_text())
+    wanted = {"_Args", "_Event", "_Trace", "_NO_RAW"}
+    body = [n for n in tree.body
+            if (isinstance(n, ast.ClassDef) and n.name in wanted)
+            or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))]
+    module = types.ModuleType("kineto_structs")   # registered: msgspec resolves annotations there
+    module.__dict__.update(msgspec=msgspec, Any=typing.Any)
+    sys.modules[module.__name__] = module
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(KINETO), "exec"), module.__dict__)  # noqa: S102
+    return module.__dict__
+
+
+def _parse(path: str, parser: str) -> int:
+    global _decoder
+    data = Path(path).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    if parser == "orjson":
+        import orjson
+
+        return len(orjson.loads(data)["traceEvents"])
+    if _decoder is None:
+        import msgspec
+
+        _decoder = msgspec.json.Decoder(_structs()["_Trace"], strict=False)
+    return len(_decoder.decode(data).traceEvents)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parser", choices=["msgspec", "orjson"], default="msgspec")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("files", nargs="+")
+    a = ap.parse_args()
+    if a.workers > 1:
+        with ProcessPoolExecutor(a.workers, mp_context=get_context("spawn")) as pool:
+            n = sum(pool.map(_parse, a.files, [a.parser] * len(a.files)))
+    else:
+        n = sum(_parse(f, a.parser) for f in a.files)
+    print(n)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

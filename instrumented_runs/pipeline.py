@@ -1,0 +1,292 @@
+"""Pipeline parallelism: what GPipe, 1F1B and PipeDream share (the stages, the microbatches, p2p).
+
+Split by layer (GPipe, Huang et al., arXiv:1811.06965). The model is cut between layers into p
+contiguous stages, one per rank; rank s owns stage s outright (its parameters, gradients and
+optimizer state: model states per rank ~ 16 Psi / p in fp32 with Adam, no replication)::
+
+    stage 0        embeddings  + blocks [0, L/p)
+    stage s        blocks [s L/p, (s+1) L/p)
+    stage p-1      blocks [(p-1) L/p, L) + final LayerNorm + head + loss
+
+Microbatches. The global batch of B sequences is split into m microbatches of B/m sequences.
+Microbatch j's activations flow down the pipeline (stage s sends its output to s+1) and its
+gradients flow back up (stage s+1 sends dL/d(input) to s). The step's loss is the batch mean,
+
+    L = (1/B) sum_i l_i = (1/m) sum_j L_j,      L_j = mean loss of microbatch j,
+
+so each microbatch's loss is scaled by 1/m before its backward and the gradients accumulated over
+the m backwards are exactly the full-batch gradient (GPipe and 1F1B then equal single-process
+training; PipeDream deliberately does not: it updates after every microbatch).
+
+Schedules (one file each): ``pp_gpipe`` (all forwards, all backwards, flush), ``pp_1f1b``
+(PipeDream-Flush: warm-up, one-forward-one-backward, cool-down, flush) and ``pp_pipedream``
+(asynchronous, weight stashing). They share :class:`StageRunner`, which runs one microbatch's
+forward ``F`` or backward ``B`` on this rank's stage with its p2p around it.
+
+Point-to-point, each call inside its label (peer = the other rank)::
+
+    comm:recv:act:mb<j>:peer<r>    blocking receive of microbatch j's input (the wait is inside:
+                                   the span is the time this stage sat waiting for upstream)
+    F:s<s>:mb<j>                   the forward compute, nothing else (loss included on the last)
+    comm:send:act:mb<j>:peer<r>    asynchronous send downstream (isend; waited at the flush)
+    comm:recv:grad:mb<j>:peer<r>   blocking receive of dL/d(output) from downstream
+    B:s<s>:mb<j>                   the backward compute
+    comm:send:grad:mb<j>:peer<r>   asynchronous send of dL/d(input) upstream
+
+Sends are asynchronous and receives blocking, and on every (src, dst) pair messages go in one
+direction only (activations down, gradients up) in microbatch order, so no schedule here can
+deadlock: gloo matches the k-th send to the k-th receive of a pair.
+
+Memory. :class:`tracekit.capture.ActivationMeter` (parameters excluded) counts the bytes autograd
+keeps for backward on this stage; a microbatch's are freed by its backward. So the peak is
+(max in-flight microbatches) x (bytes per microbatch): m x for GPipe, (p-s) x for 1F1B.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from instrumented_runs import harness
+from instrumented_runs.data import rank_slice
+from instrumented_runs.model import GPT, GPTConfig, loss_fn
+from tracekit import capture, labels
+from tracekit.labels import region
+
+SEND_WAIT = "sends"     # comm:wait:sends, the flush's wait for outstanding isends
+LOSS = "loss"           # comm:broadcast:loss, the last stage's loss to every rank
+# Pipeline runs default to 64 sequences per step (8 per microbatch at m = 8): with 1-sequence
+# microbatches a forward is mostly Python overhead and gloo's per-message latency rivals it
+# (measured, p=4, m=8, 2 cores shared: measured - replay bubble 0.16 at 32 sequences, 0.11 at 64).
+GLOBAL_BATCH = 64
+
+
+def with_defaults(argv: list[str] | None) -> list[str]:
+    """The command line, with the pipeline's default ``--global-batch`` unless one is given."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a == "--global-batch" or a.startswith("--global-batch=") for a in argv):
+        argv = ["--global-batch", str(GLOBAL_BATCH), *argv]
+    return argv
+
+
+def stage_layers(n_layers: int, stages: int, stage: int) -> tuple[int, int]:
+    """Blocks [lo, hi) of ``stage``: contiguous, as even as possible."""
+    return stage * n_layers // stages, (stage + 1) * n_layers // stages
+
+
+class Stage(nn.Module):
+    """This rank's contiguous piece of the GPT. Built by cutting a whole seeded GPT, so every
+    weight is bit-identical to the single-process model's."""
+
+    def __init__(self, cfg: GPTConfig, seed: int, stage: int, stages: int) -> None:
+        super().__init__()
+        gpt = GPT(cfg, seed=seed)
+        self.stage, self.stages = stage, stages
+        self.first, self.last = stage == 0, stage == stages - 1
+        self.lo, self.hi = stage_layers(cfg.n_layers, stages, stage)
+        if self.first:
+            self.tok_emb, self.pos_emb = gpt.tok_emb, gpt.pos_emb
+        self.blocks = nn.ModuleList(gpt.blocks[self.lo:self.hi])
+        if self.last:
+            self.ln_f, self.head = gpt.ln_f, gpt.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """tokens -> hidden (first stage), hidden -> hidden, hidden -> logits (last stage)."""
+        if self.first:
+            x = self.tok_emb(x) + self.pos_emb(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x)) if self.last else x
+
+    def global_name(self, name: str) -> str:
+        """``blocks.0.x`` of stage s -> the whole model's ``blocks.<lo>.x``."""
+        if name.startswith("blocks."):
+            _, i, rest = name.split(".", 2)
+            return f"blocks.{self.lo + int(i)}.{rest}"
+        return name
+
+    def global_state_dict(self) -> dict[str, torch.Tensor]:
+        return {self.global_name(k): v for k, v in self.state_dict().items()}
+
+
+def split_microbatches(tokens: torch.Tensor, targets: torch.Tensor, m: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """m contiguous microbatches of the global batch (B must divide by m)."""
+    return [(rank_slice(tokens, j, m), rank_slice(targets, j, m)) for j in range(m)]
+
+
+# --- point-to-point, each inside its label ------------------------------------------------------
+
+
+def recv_activation(shape: tuple[int, ...], mb: int, src: int, group: dist.ProcessGroup) -> torch.Tensor:
+    """Block until microbatch ``mb``'s activations arrive from upstream rank ``src``."""
+    buf = torch.empty(shape)
+    with region(labels.p2p("recv", "act", mb, src)):
+        dist.recv(buf, src=src, group=group)
+    return buf
+
+
+def send_activation(x: torch.Tensor, mb: int, dst: int, group: dist.ProcessGroup) -> dist.Work:
+    """Start sending microbatch ``mb``'s activations to downstream rank ``dst``."""
+    with region(labels.p2p("send", "act", mb, dst)):
+        return dist.isend(x.contiguous(), dst=dst, group=group)
+
+
+def recv_grad(shape: tuple[int, ...], mb: int, src: int, group: dist.ProcessGroup) -> torch.Tensor:
+    """Block until dL/d(output) of microbatch ``mb`` arrives from downstream rank ``src``."""
+    buf = torch.empty(shape)
+    with region(labels.p2p("recv", "grad", mb, src)):
+        dist.recv(buf, src=src, group=group)
+    return buf
+
+
+def send_grad(g: torch.Tensor, mb: int, dst: int, group: dist.ProcessGroup) -> dist.Work:
+    """Start sending dL/d(input) of microbatch ``mb`` to upstream rank ``dst``."""
+    with region(labels.p2p("send", "grad", mb, dst)):
+        return dist.isend(g.contiguous(), dst=dst, group=group)
+
+
+def wait_sends(works: list[dist.Work], *qualifiers: str) -> None:
+    """The flush: every send of the step has been received (``comm:wait:sends``)."""
+    with region(labels.wait(SEND_WAIT, *qualifiers)):
+        for w in works:
+            w.wait()
+    works.clear()
+
+
+def broadcast_loss(loss: float, src: int, group: dist.ProcessGroup) -> float:
+    """The step's loss lives on the last stage; give it to every rank (for the log)."""
+    t = torch.tensor([loss], dtype=torch.float64)
+    with region(labels.comm("broadcast", LOSS)):
+        dist.broadcast(t, src=src, group=group)
+    return float(t.item())
+
+
+# --- one stage, one microbatch at a time ---------------------------------------------------------
+
+
+class StageRunner:
+    """Runs F and B of single microbatches on this rank's stage; the schedules decide the order.
+
+    Keeps, per microbatch in flight, the stage's input and its output (or scaled loss) until the
+    backward; counts in-flight microbatches and activation bytes (ActivationMeter) per step.
+    """
+
+    def __init__(self, stage: Stage, group: dist.ProcessGroup, microbatches: int, mb_shape: tuple[int, ...]) -> None:
+        self.stage, self.group, self.m, self.mb_shape = stage, group, microbatches, mb_shape
+        self.s, self.p = stage.stage, stage.stages
+        rank = dist.get_rank(group)
+        self.prev = dist.get_global_rank(group, rank - 1) if not stage.first else None
+        self.next = dist.get_global_rank(group, rank + 1) if not stage.last else None
+        self.last_rank = dist.get_global_rank(group, self.p - 1)
+        self.meter = capture.ActivationMeter(exclude=stage.parameters())
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # mb -> (input, output or loss)
+        self.sends: list[dist.Work] = []
+        self.losses: dict[int, float] = {}        # mb -> unscaled loss (last stage)
+        self.inflight = 0
+        self.bytes_per_microbatch = 0
+        self.steps: list[dict[str, int]] = []      # per step: max in flight, activation peak
+
+    # per-step bookkeeping (ActivationMeter peak and in-flight maximum)
+    def begin_step(self) -> None:
+        self.meter.reset_peak()
+        self._max_inflight = self.inflight
+
+    def end_step(self, step: int, **extra: int) -> None:
+        self.steps.append({"step": step, "max_inflight_microbatches": self._max_inflight,
+                           "activation_peak_bytes": self.meter.peak_bytes, **extra})
+
+    def forward(self, mb: int, tokens: torch.Tensor | None, targets: torch.Tensor | None,
+                version: int | None = None) -> None:
+        """Receive (not on stage 0), compute F, send downstream (not on the last stage)."""
+        x = tokens if self.stage.first else recv_activation(self.mb_shape, mb, self.prev, self.group)
+        if not self.stage.first:
+            x.requires_grad_()
+        before = self.meter.current_bytes
+        with region(labels.pipeline("F", self.s, mb, version)), self.meter:
+            y = self.stage(x)
+            if self.stage.last:
+                y = loss_fn(y, targets) / self.m          # loss scaling: L = (1/m) sum_j L_j
+        added = self.meter.current_bytes - before   # the smallest is the steady per-microbatch size
+        self.bytes_per_microbatch = min(self.bytes_per_microbatch or added, added)
+        self.saved[mb] = (x, y)
+        self.inflight += 1
+        self._max_inflight = max(self._max_inflight, self.inflight)
+        if self.stage.last:
+            self.losses[mb] = y.item() * self.m
+        else:
+            self.sends.append(send_activation(y.detach(), mb, self.next, self.group))
+
+    def backward(self, mb: int, version: int | None = None, staleness: int | None = None) -> torch.Tensor | None:
+        """Receive dL/d(output) (not on the last stage), compute B, send dL/d(input) upstream.
+        Returns the received output gradient (None on the last stage)."""
+        x, y = self.saved.pop(mb)
+        grad = None if self.stage.last else recv_grad(tuple(y.shape), mb, self.next, self.group)
+        with region(labels.pipeline("B", self.s, mb, version, staleness)):
+            torch.autograd.backward(y, grad)
+        if not self.stage.first:
+            self.sends.append(send_grad(x.grad, mb, self.prev, self.group))
+        self.inflight -= 1
+        return grad
+
+    def input_of(self, mb: int) -> torch.Tensor:
+        return self.saved[mb][0]
+
+    def prune_sends(self) -> None:
+        """Forget sends that completed (PipeDream never flushes)."""
+        self.sends = [w for w in self.sends if not w.is_completed()]
+
+    def step_loss(self, mbs: Iterable[int]) -> float:
+        """Mean loss of these microbatches (last stage), NaN elsewhere: only the last stage knows."""
+        mbs = list(mbs)
+        if not self.stage.last:
+            return math.nan
+        return sum(self.losses.pop(j) for j in mbs) / len(mbs)
+
+
+# --- setting up and finishing a pipeline run ------------------------------------------------------
+
+
+def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]:
+    """Stage of this rank, its runner and m; records the pipeline options in run.json."""
+    p, cfg = ctx.world_size, ctx.model_config
+    m = ctx.args.microbatches or 2 * p             # default: m = 2p
+    if p > cfg.n_layers:
+        raise SystemExit(f"{ctx.strategy}: {p} stages but the model has only {cfg.n_layers} blocks")
+    if ctx.args.global_batch % m:
+        raise SystemExit(f"{ctx.strategy}: --global-batch {ctx.args.global_batch} does not divide into {m} microbatches")
+    stage = Stage(cfg, ctx.args.seed, dist.get_rank(ctx.group), p).to(ctx.device)
+    mb_shape = (ctx.args.global_batch // m, cfg.seq_len, cfg.d_model)
+    runner = StageRunner(stage, ctx.group, m, mb_shape)
+    ctx.strategy_options.update(
+        schedule=schedule, stages=p, microbatches=m, microbatch_size=mb_shape[0],
+        stage_layers=[list(stage_layers(cfg.n_layers, p, s)) for s in range(p)],
+        bubble_fraction_theory=(p - 1) / (m + p - 1) if schedule != "pipedream" else None,
+    )
+    return stage, runner, m
+
+
+def record_memory(ctx: harness.Context, runner: StageRunner, **extra: Any) -> None:
+    """Add the stage's activation peak and in-flight microbatches to memory/rank<R>.json."""
+    profiled = [s for s in runner.steps if s["step"] >= ctx.args.warmup] or runner.steps
+    if ctx.memory is None:
+        return
+    ctx.memory.update(
+        stage=runner.s, stages=runner.p, microbatches=runner.m,
+        activation_peak_bytes=max(s["activation_peak_bytes"] for s in profiled),
+        activation_bytes_per_microbatch=runner.bytes_per_microbatch,
+        max_inflight_microbatches=max(s["max_inflight_microbatches"] for s in profiled),
+        per_step=runner.steps, **extra,
+    )
+
+
+def share_losses(ctx: harness.Context, runner: StageRunner, losses: list[float]) -> list[float]:
+    """Every rank gets the last stage's losses (after training, outside the profiled steps)."""
+    box = [losses]
+    dist.broadcast_object_list(box, src=runner.last_rank, group=ctx.meta_group)
+    return box[0]
+

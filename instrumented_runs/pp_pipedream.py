@@ -1,0 +1,225 @@
+"""Asynchronous PipeDream: 1F1B without a flush, with weight stashing (Harlap et al., arXiv:1806.03377).
+
+Idea. GPipe and PipeDream-Flush idle while the pipeline fills and drains at every step. PipeDream
+never flushes: each stage runs one endless 1F1B stream (warm-up once, at the very start) and
+updates its own weights after *every* microbatch's backward, with its local optimizer. The
+stages stay busy; the price is staleness: stage s starts p-s-1 more forwards before the backward
+of a microbatch comes back, so between a microbatch's forward and its backward the stage's
+weights change p-s-1 times.
+
+Weight stashing. A backward must use the weights its forward used, or the gradient is of a
+function that was never evaluated. So stage s keeps every version still needed by a microbatch in
+flight: the forward of microbatch j uses the latest version v and stashes it; its backward
+differentiates through version v (the stashed one, not the latest); the resulting gradient
+updates the latest weights (version v + staleness -> one newer). In steady state the p-s
+microbatches in flight on stage s each used a different version, so
+
+    versions held at stage s = p - s           (the last stage: 1; stage 0: p)
+    staleness of stage s's updates = p - s - 1
+
+(PipeDream-2BW, arXiv:2006.09503, caps this at 2 versions with gradient accumulation.)
+
+Here a version is a set of parameter tensors. The forward of a microbatch builds its autograd
+graph on the current tensors, which keeps them alive: that is the stash. Before an update, if a
+microbatch in flight still uses the current tensors, they are kept as the stashed version and the
+update goes to a fresh copy (copy-on-write; Adam's state moves with it); otherwise the update is
+in place. Memory: p - s copies of the stage's parameters.
+
+Steps. Without a flush a "step" is just m microbatches of the stream: step k runs stream ops
+2mk .. 2m(k+1)-1 (m forwards and m backwards on every stage, from neighbouring steps), the
+stream's cool-down comes at the end of the last step. Microbatches are numbered globally,
+g = step x m + j, so ``F:s1:mb17:v12`` is unambiguous across steps.
+
+Bubble. The fill and drain are paid once per run, not once per step: over S steps of m
+microbatches, with uniform stages, bubble = (p - 1) / (S m + p - 1) of the whole span, against
+GPipe's (p - 1)/(m + p - 1). Compare bubble_fraction_span of the two (there are no step windows).
+
+Trace signature. ``F:s<s>:mb<g>:v<v>`` and ``B:s<s>:mb<g>:v<u>:st<k>`` (the backward used stashed
+version u; k = p-s-1 in steady state), an ``optimizer`` span after every backward, p2p labels as
+in GPipe, no ``comm:wait:sends`` flush (only ``comm:wait:sends:end`` when training ends).
+
+Run: ``tracekit run pp-pipedream --nproc 4 --microbatches 8``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from instrumented_runs import harness
+from instrumented_runs.model import LR
+from instrumented_runs.pipeline import (StageRunner, record_memory, setup, share_losses, split_microbatches,
+                                        wait_sends, with_defaults)
+from instrumented_runs.pp_1f1b import one_f_one_b_order
+from tracekit import labels, runfolder
+from tracekit.labels import region
+
+
+class PipeDream:
+    """One stage of an asynchronous PipeDream pipeline with weight stashing."""
+
+    def __init__(self, runner: StageRunner, optimizer: torch.optim.Optimizer, total_steps: int,
+                 batch_of: Callable[[int], tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.runner, self.optimizer, self.batch_of = runner, optimizer, batch_of
+        p, s, m = runner.p, runner.s, runner.m
+        self.stream = one_f_one_b_order(p, s, total_steps * m)   # warm-up once, cool-down once
+        self.slots = [(mod, name) for mod in runner.stage.modules() for name, _ in mod.named_parameters(recurse=False)]
+        self.version = 0                                  # updates applied so far
+        self.versions: dict[int, list[nn.Parameter]] = {0: self.live()}   # version -> its tensors
+        self.users: Counter[int] = Counter()               # version -> microbatches in flight using it
+        self.used: dict[int, int] = {}                     # microbatch -> version its forward used
+        self.log: list[dict[str, Any]] = []                # per microbatch: versions and staleness
+        self.batches: dict[int, list] = {}                 # step -> its microbatches
+        self.count_memory = lambda: None
+        self.check: dict[str, Any] | None = None
+
+    def live(self) -> list[nn.Parameter]:
+        return [getattr(mod, name) for mod, name in self.slots]
+
+    def microbatch(self, g: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Microbatch g = step x m + j of the stream: (tokens, targets)."""
+        step, j = divmod(g, self.runner.m)
+        if step not in self.batches:
+            self.batches = {s: b for s, b in self.batches.items() if s >= step - 1}
+            self.batches[step] = split_microbatches(*self.batch_of(step), self.runner.m)
+        return self.batches[step][j]
+
+    # --- F: the latest version, stashed ---------------------------------------------------------
+    def forward(self, g: int) -> None:
+        self.used[g] = self.version
+        self.users[self.version] += 1
+        self.runner.forward(g, *self.microbatch(g), version=self.version)
+
+    # --- B: the stashed version, then a local update of the latest ---------------------------------
+    def backward_and_update(self, g: int) -> None:
+        u = self.used.pop(g)
+        staleness = self.version - u
+        x = self.runner.input_of(g).detach().clone() if self._want_check(staleness) else None
+        grad_out = self.runner.backward(g, version=u, staleness=staleness)
+        got = [v for v, ts in self.versions.items() if ts[0].grad is not None]   # who got the gradient
+        if x is not None:
+            self._save_check(g, u, x, grad_out)
+        latest_v = self.version
+        with region(labels.OPTIMIZER):
+            for latest, stashed in zip(self.live(), self.versions[u]):
+                if latest is not stashed:                  # gradient of version u -> latest weights
+                    latest.grad, stashed.grad = stashed.grad, None
+            self.users[u] -= 1
+            if self.users[u] == 0 and u != latest_v:
+                del self.versions[u]                        # no microbatch needs version u any more
+            if self.users[latest_v] > 0:
+                self._copy_on_write()                       # versions[latest_v] stays, as a stash
+            else:
+                del self.versions[latest_v]                 # nobody needs it: update in place
+            self.count_memory()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.version = latest_v + 1
+            self.versions[self.version] = self.live()
+        self.log.append({"mb": g, "step": g // self.runner.m, "microbatch": g % self.runner.m, "f_version": u,
+                         "b_version": got[0] if len(got) == 1 else None, "staleness": staleness,
+                         "update_version": self.version})
+
+    def _copy_on_write(self) -> None:
+        """Swap fresh copies of the latest tensors into the stage and the optimizer; the old
+        tensors stay referenced by the in-flight graphs (the stash)."""
+        old = self.live()
+        group = self.optimizer.param_groups[0]["params"]
+        for (mod, name), p in zip(self.slots, old):
+            fresh = nn.Parameter(p.detach().clone())
+            fresh.grad, p.grad = p.grad, None
+            setattr(mod, name, fresh)
+            group[next(i for i, q in enumerate(group) if q is p)] = fresh
+            if p in self.optimizer.state:
+                self.optimizer.state[fresh] = self.optimizer.state.pop(p)
+        # the meter skips parameters by storage: the live ones and every stashed version
+        self.runner.meter._exclude = {t.untyped_storage().data_ptr() for ts in (*self.versions.values(), self.live()) for t in ts}
+
+    def versions_held(self) -> int:
+        return len(self.versions)
+
+    def train_step(self, k: int, last_step: bool) -> float:
+        """Stream ops 2mk .. 2m(k+1)-1: m forwards and m backwards of the endless 1F1B stream."""
+        r, m = self.runner, self.runner.m
+        r.begin_step()
+        max_versions = self.versions_held()
+        with region(labels.STEP):
+            for kind, g in self.stream[2 * m * k: 2 * m * (k + 1)]:
+                # phase: warm-up (only at the start of step 0), steady 1F1B, cool-down (last step)
+                if kind == "F":
+                    self.forward(g)
+                else:
+                    self.backward_and_update(g)
+                max_versions = max(max_versions, self.versions_held())
+                r.prune_sends()
+            if last_step:
+                wait_sends(r.sends, "end")                   # comm:wait:sends:end: training ends, no flush
+        r.end_step(k, weight_versions=max_versions)
+        done = [e["mb"] for e in self.log if e["step"] == k] if r.stage.last else []
+        return r.step_loss(done) if r.stage.last else math.nan
+
+    # --- the numerical check the tests run (TRACEKIT_PP_CHECK=1) -----------------------------------
+    def _want_check(self, staleness: int) -> bool:
+        return (check_dump_wanted() and self.check is None and self.version >= 2 * self.runner.m
+                and staleness == self.runner.p - self.runner.s - 1)
+
+    def _save_check(self, g: int, u: int, x: torch.Tensor, grad_out: torch.Tensor | None) -> None:
+        """What a test needs to recompute this backward: input, output gradient (or targets),
+        the stashed and the latest weights, and the gradients the backward produced."""
+        clone = lambda ts: [t.detach().clone() for t in ts]  # noqa: E731
+        self.check = {"mb": g, "version": u, "latest_version": self.version,
+                      "input": x, "grad_output": grad_out, "targets": self.microbatch(g)[1] if self.runner.stage.last else None,
+                      "names": [self.runner.stage.global_name(n) for n, _ in self.runner.stage.named_parameters()],
+                      "stashed": clone(self.versions[u]), "latest": clone(self.live()),
+                      "grads": clone(t.grad for t in self.versions[u])}
+
+
+def check_dump_wanted() -> bool:
+    """TRACEKIT_PP_CHECK=1: save one backward's inputs and weights per stage, for the tests."""
+    return os.environ.get("TRACEKIT_PP_CHECK") == "1"
+
+
+def add_to_train_json(ctx: harness.Context, **extra: Any) -> None:
+    """Merge extra keys into train/rank<R>.json after ``harness.finish`` wrote it."""
+    path = runfolder.train_path(ctx.run, ctx.rank)
+    data = json.loads(path.read_text()) if path.is_file() else {"rank": ctx.rank}
+    data.update(extra)
+    runfolder.write_json_atomic(path, data)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ctx = harness.start("pp-pipedream", with_defaults(argv), uses={"microbatches"})
+    stage, runner, m = setup(ctx, "pipedream")
+    # one update per microbatch: the fused Adam kernel (a few ops per update, not a few per tensor)
+    optimizer = torch.optim.Adam(stage.parameters(), lr=LR, betas=(0.9, 0.95), fused=True)
+    pd = PipeDream(runner, optimizer, ctx.total_steps, ctx.batch)
+    ctx.strategy_options.update(weight_versions_theory=[runner.p - s for s in range(runner.p)])
+    k_now = [0]
+    pd.count_memory = lambda: ctx.count_memory(
+        k_now[0], [t for ts in pd.versions.values() for t in ts] + [t for t in pd.live()],
+        [p.grad for p in pd.live()], optimizer)
+
+    def step(k: int) -> float:
+        k_now[0] = k
+        return pd.train_step(k, last_step=k == ctx.total_steps - 1)
+
+    losses = harness.train(ctx, step)
+    losses = share_losses(ctx, runner, losses)
+    profiled = [s for s in runner.steps if s["step"] >= ctx.args.warmup] or runner.steps
+    record_memory(ctx, runner, weight_versions=max(s["weight_versions"] for s in profiled))
+    if pd.check is not None:
+        path = runfolder.train_path(ctx.run, ctx.rank).with_name(f"pp_check_rank{ctx.rank}.pt")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(pd.check, path)
+    harness.finish(ctx, losses, params=stage.global_state_dict())
+    add_to_train_json(ctx, stage=runner.s, stages=runner.p, microbatches=m, updates=pd.version,
+                      weight_versions=max(s["weight_versions"] for s in profiled), microbatch_log=pd.log)
+
+
+if __name__ == "__main__":
+    harness.entrypoint(main)

@@ -1,0 +1,158 @@
+"""The columnar cache (tracekit.cache): parsed events as parquet, reused while a trace is unchanged.
+
+Real traces from ../shared/data/hta (trace_filter: two ranks of a real GPU job) and the committed
+DP sample run; the cache is checked against a fresh parse, never against itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from tracekit import cache
+from tracekit.analyze import analyze
+from tracekit.ingest import kineto
+from tracekit.ingest.kineto import read_traces
+
+from conftest import HTA, SAMPLES, run_cli
+
+TRACE_FILTER = sorted((HTA / "trace_filter").glob("*.json.gz"))
+
+
+@pytest.fixture()
+def traces(tmp_path: Path) -> list[Path]:
+    """A writable copy of trace_filter's two ranks."""
+    out = []
+    for f in TRACE_FILTER:
+        shutil.copy(f, tmp_path / f.name)
+        out.append(tmp_path / f.name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def fresh() -> tuple[list, pl.DataFrame]:
+    """trace_filter parsed without any cache: the reference."""
+    return read_traces(TRACE_FILTER, workers=1, cache=False)
+
+
+def _parse_spy(monkeypatch) -> list[Path]:
+    """Record every file ingest really parses (the cache exists to avoid those)."""
+    parsed: list[Path] = []
+    real = kineto.read_trace
+
+    def spy(path, rank=None):
+        parsed.append(Path(path))
+        return real(path, rank)
+
+    monkeypatch.setattr(kineto, "read_trace", spy)
+    return parsed
+
+
+def test_entries_are_written_beside_and_read_back_identical(traces, fresh, monkeypatch):
+    infos, events = read_traces(traces, workers=1, cache=True)
+    for t in traces:
+        entry = cache.beside(t)
+        assert entry.is_file() and entry.name.endswith(".events.parquet")
+        assert entry.name == t.name.removesuffix(".json.gz") + ".events.parquet"
+    assert_frame_equal(events, fresh[1])
+    parsed = _parse_spy(monkeypatch)
+    infos2, events2 = read_traces(traces, workers=1, cache=None)
+    assert parsed == [], "a matching entry is read, the JSON is not parsed"
+    assert_frame_equal(events2, fresh[1])
+    for a, b in zip(infos2, fresh[0]):
+        assert a.path in traces
+        assert {**vars(a), "path": None} == {**vars(b), "path": None}
+    # the entry holds its key and TraceInfo in the parquet metadata: one self-describing file
+    meta = cache.read_meta(cache.beside(traces[0]))
+    assert meta["key"] == cache.key(traces[0]) and meta["info"]["rank"] == 0
+
+
+def test_a_changed_trace_is_parsed_again(traces, monkeypatch):
+    read_traces(traces, workers=1, cache=True)
+    stat = traces[0].stat()
+    os.utime(traces[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))   # touched: new mtime
+    parsed = _parse_spy(monkeypatch)
+    read_traces(traces, workers=1, cache=True)
+    assert parsed == [traces[0]]
+    assert cache.read_meta(cache.beside(traces[0]))["key"] == cache.key(traces[0]), "entry rewritten"
+
+
+def test_entries_of_other_code_or_damaged_are_ignored(traces, fresh, monkeypatch):
+    read_traces(traces, workers=1, cache=True)
+    cache.beside(traces[0]).write_bytes(b"PAR1 not really parquet")
+    entry = cache.beside(traces[1])
+    meta = cache.read_meta(entry)
+    meta["key"]["code"] = "0.0.0+other-ingest-code"
+    pl.read_parquet(entry).write_parquet(entry, metadata={"tracekit.cache": json.dumps(meta)})
+    parsed = _parse_spy(monkeypatch)
+    _, events = read_traces(traces, workers=1, cache=None)
+    assert sorted(parsed) == sorted(traces)
+    assert_frame_equal(events, fresh[1])
+
+
+def test_read_only_folder_is_never_written(tmp_path):
+    """The shared HTA archive is read-only: entries go to the analysis folder's cache/."""
+    before = sorted(p.name for p in (HTA / "trace_filter").iterdir())
+    out = tmp_path / "analysis"
+    first = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    assert sorted(p.name for p in (HTA / "trace_filter").iterdir()) == before
+    entries = sorted((out / "cache").glob("*.events.parquet"))
+    assert len(entries) == 2
+    assert all(e.name.startswith("sampled_rank-") for e in entries)
+    summary = json.loads((out / "summary.json").read_text())
+    # rewriting the analysis keeps its cache, and the second run gives the same numbers
+    again = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert sorted((out / "cache").glob("*.events.parquet")) == entries
+    assert json.loads((out / "summary.json").read_text())["ranks"] == summary["ranks"]
+
+
+def test_no_cache_option_writes_none(traces, tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("analyze", str(traces[0].parent), "--out", str(out), "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    assert not list(traces[0].parent.glob("*.events.parquet")) and not (out / "cache").exists()
+
+
+def test_the_python_api_reads_entries_but_writes_none_by_default(traces, monkeypatch):
+    analyze(traces[0].parent)
+    assert not list(traces[0].parent.glob("*.events.parquet"))
+    analyze(traces[0].parent, cache=True)
+    assert len(list(traces[0].parent.glob("*.events.parquet"))) == 2
+    parsed = _parse_spy(monkeypatch)
+    result = analyze(traces[0].parent)
+    assert parsed == [] and [r["rank"] for r in result.summary["ranks"]] == [0, 1]
+
+
+def test_workers_store_entries_too(traces, fresh):
+    """The spawned-worker path parses, stores and ships frames back like the in-process one."""
+    infos, events = read_traces(traces, workers=2, cache=True)
+    assert_frame_equal(events, fresh[1])
+    assert all(cache.beside(t).is_file() for t in traces)
+
+
+def test_ingest_at_source(tmp_path, monkeypatch):
+    """capture.write_events_parquet: what a rank runs on its own trace when it finishes."""
+    from tracekit.capture import write_events_parquet
+
+    run = tmp_path / "dp"
+    shutil.copytree(SAMPLES / "dp", run, ignore=shutil.ignore_patterns("analysis", "*.events.parquet"))
+    reference = analyze(run, cache=False)
+    for trace in sorted((run / "traces").glob("rank*.json.gz")):
+        entry = write_events_parquet(trace)
+        assert entry == trace.with_name(trace.name.replace(".json.gz", ".events.parquet"))
+    parsed = _parse_spy(monkeypatch)
+    result = analyze(run)
+    assert parsed == [], "the analysis used the ranks' own parquet"
+    assert result.summary["ranks"] == reference.summary["ranks"]
+    assert_frame_equal(result.events, reference.events)
+    # a damaged trace is reported on stderr and never raises (it runs inside the training job)
+    bad = tmp_path / "rank9.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00 not gzip")
+    assert write_events_parquet(bad) is None

@@ -1,0 +1,199 @@
+"""summary.json ``traffic`` and ``nccl``: every matched call's bytes on rank -> rank links.
+
+One row per call (not per rank: the k-th call of a group is one call, matched across its
+ranks by tracekit.analyses.matching) goes through tracekit.analyses.traffic's link model with
+the algorithm its backend really runs: gloo's ring all_reduce / all_gather, reduce_scatter as a
+full all_reduce, binomial broadcast, all_to_all pairs; NCCL's algorithm from the kernel name
+(``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` -> RING; TREE for all_reduce; NVLS, COLLNET and PAT
+are modelled as the ring, with a warning) and, for calls over the whole world, ring 0's order
+from the run's NCCL logs (<run>/nccl/*.log) when present; p2p on its one link. Links are
+intra-node when both ends share a node (tracekit.topology).
+
+Added to traffic_summary's keys: ``by_group`` per (group, op) named by process group with its
+ranks and parallel dimension, ``by_dim`` (bytes per parallel dimension, when run.json names the
+dims), ``per_step`` (totals divided by the window's complete steps), ``calls``; frame
+``traffic_links`` (src, dst, bytes, intra, src_node, dst_node) summed over calls.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from tracekit.analyses import matching
+from tracekit.analyses.traffic import link_bytes, traffic_summary
+
+LINKS_SCHEMA = {"src": pl.Int64, "dst": pl.Int64, "bytes": pl.Int64, "intra": pl.Boolean,
+                "src_node": pl.Int64, "dst_node": pl.Int64}
+MODEL_SCHEMA = {"op": pl.Utf8, "bytes": pl.Int64, "ranks": pl.List(pl.Int64), "backend": pl.Utf8,
+                "algorithm": pl.Utf8, "root": pl.Int64, "src": pl.Int64, "dst": pl.Int64,
+                "ring": pl.List(pl.Int64), "group": pl.Utf8, "group_desc": pl.Utf8, "dim": pl.Utf8}
+
+
+def read_logs(path: Any) -> Any:
+    """The run's NCCL logs, or None (tracekit.topology.run_nccl_logs)."""
+    from tracekit.topology import run_nccl_logs
+
+    return run_nccl_logs(path)
+
+
+def _world_size(inp: Any) -> int:
+    run_ws = int((inp.run or {}).get("world_size") or 0)
+    infos_ws = max((int(i.world_size or 0) for i in inp.infos), default=0)
+    ranks = max((int(i.rank) for i in inp.infos), default=0) + 1
+    return max(run_ws, infos_ws, ranks)
+
+
+def model_calls(calls: pl.DataFrame, backend: str, ring: list[int] | None) -> tuple[pl.DataFrame, list[str]]:
+    """calls_frame rows -> traffic.link_bytes input (one row per call)."""
+    warnings: list[str] = []
+    rows, no_group, other_algo = [], 0, set()
+    for c in calls.to_dicts():
+        p2p = c["op"] in matching.P2P
+        if not p2p and not c["ranks"]:
+            no_group += 1
+            continue
+        be = "nccl" if c["device"] == "gpu" else backend
+        algo = (c["algorithm"] or "RING").upper()
+        if algo not in ("RING", "TREE"):
+            other_algo.add(algo)
+            algo = "RING"
+        ranks = c["ranks"] if not p2p else None
+        rows.append({
+            "op": c["op"], "bytes": c["bytes"], "ranks": ranks, "backend": be, "algorithm": algo.lower(),
+            "root": None, "src": c["src"] if p2p else None, "dst": c["dst"] if p2p else None,
+            "ring": ring if (be == "nccl" and ring and ranks and sorted(ring) == ranks) else None,
+            "group": f"p2p {c['src']}->{c['dst']}" if p2p else c["group"],
+            "group_desc": c["group_desc"], "dim": c["dim"],
+        })
+    if no_group:
+        warnings.append(f"traffic: {no_group} calls have no known process group members: their bytes are not on the links")
+    if other_algo:
+        warnings.append(f"traffic: NCCL algorithms {sorted(other_algo)} are modelled as the ring")
+    return pl.DataFrame(rows, schema=MODEL_SCHEMA), warnings
+
+
+def _by(links: pl.DataFrame, keys: list[str]) -> list[dict[str, Any]]:
+    out = links.group_by(keys, maintain_order=True).agg(
+        pl.col("bytes").filter(pl.col("link") == "intra").sum().alias("intra"),
+        pl.col("bytes").filter(pl.col("link") == "inter").sum().alias("inter"),
+        pl.col("bytes").sum().alias("bytes"),
+    )
+    return [{**{k: r[k] for k in keys}, "intra": round(r["intra"]), "inter": round(r["inter"]),
+             "bytes": round(r["bytes"])} for r in out.to_dicts()]
+
+
+def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
+    """The ``traffic`` section builder (see the module docstring)."""
+    table = inp.collectives
+    if table.height == 0 or "call_id" not in table.columns:
+        return None, {}, []
+    # CPU rows are gloo spans whatever the run says; GPU rows are NCCL kernels (model_calls)
+    backend = "gloo"
+    log = read_logs(inp.path)
+    ring = None
+    if log is not None:
+        from tracekit.ingest.nccl_log import ring_order
+
+        ring = ring_order(log, _world_size(inp))
+    calls, warnings = model_calls(matching.calls_frame(table), backend, ring)
+    if calls.height == 0:
+        return None, {}, warnings
+    world = _world_size(inp)
+    nodes = dict(inp.nodes)
+    summary = traffic_summary(calls.drop("group", "group_desc", "dim"), nodes, world)
+    warnings += summary.pop("warnings", [])
+
+    node = pl.DataFrame({"rank": list(nodes), "node": list(nodes.values())},
+                        schema={"rank": pl.Int64, "node": pl.Int64})
+    meta = calls.with_row_index("call_index").select(
+        pl.col("call_index").cast(pl.Int64), "op", "group", "group_desc", "dim",
+        pl.coalesce("ranks", pl.concat_list("src", "dst")).alias("group_ranks"))
+    links = (
+        link_bytes(calls.drop("group", "group_desc", "dim"), nodes)
+        .join(meta, on="call_index", how="left")
+        .join(node.rename({"rank": "src", "node": "src_node"}), on="src", how="left")
+        .join(node.rename({"rank": "dst", "node": "dst_node"}), on="dst", how="left")
+        .with_columns(
+            pl.when(pl.col("src_node").is_null() | pl.col("dst_node").is_null()).then(pl.lit("unclassified"))
+            .when(pl.col("src_node") == pl.col("dst_node")).then(pl.lit("intra"))
+            .otherwise(pl.lit("inter")).alias("link"))
+    )
+    by_group = sorted(_by(links, ["group", "op"]), key=lambda r: (str(r["group"]), str(r["op"])))
+    info = {r["group"]: r for r in meta.unique("group", keep="first").to_dicts()}
+    for r in by_group:
+        g = info.get(r["group"], {})
+        r.update(desc=g.get("group_desc"), dim=g.get("dim"), ranks=g.get("group_ranks"))
+    by_dim = _by(links.filter(pl.col("dim").is_not_null()), ["dim"]) if links["dim"].drop_nulls().len() else []
+
+    steps = int(inp.windows["steps"].min() or 0) if inp.windows.height else 0
+    per_step = None
+    if steps > 0:
+        per_step = {"steps": steps, **{k: summary[k] / steps for k in
+                                       ("intra_node_bytes", "inter_node_bytes", "total_bytes")}}
+        per_step["by_dim"] = [{**r, **{k: r[k] / steps for k in ("intra", "inter", "bytes")}} for r in by_dim]
+    summary.update(by_group=by_group, by_dim=by_dim, per_step=per_step, calls=calls.height,
+                   unknown_size_calls=int(calls["bytes"].null_count()),
+                   nodes=len(set(nodes.values())), backend="+".join(sorted(set(calls["backend"]))),
+                   ring_source="nccl_log" if ring else "group order")
+    frame = (
+        links.group_by("src", "dst")
+        .agg(pl.col("bytes").sum().round().cast(pl.Int64), pl.col("src_node").first(), pl.col("dst_node").first(),
+             (pl.col("link").first() == "intra").alias("intra"))
+        .select(list(LINKS_SCHEMA)).cast(LINKS_SCHEMA).sort("src", "dst")
+    )
+    return summary, {"traffic_links": frame}, warnings
+
+
+def nccl(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
+    """The ``nccl`` section: what the run's NCCL logs say (layout, ring 0, tuning choices) and
+    which algorithm/protocol the traced kernels ran. None without logs and without NCCL kernels."""
+    from tracekit.ingest.nccl_log import rank_layout, ring_order
+
+    log = read_logs(inp.path)
+    table = inp.collectives
+    kernels: dict[str, dict[str, int]] = {}
+    if table.height and "algorithm" in table.columns:
+        gpu = table.filter(pl.col("algorithm").is_not_null())
+        for r in gpu.group_by("op", "algorithm", "protocol").len().sort("op", "algorithm").to_dicts():
+            kernels.setdefault(str(r["op"]), {})[f"{r['algorithm']}_{r['protocol']}"] = int(r["len"])
+    if log is None and not kernels:
+        return None, {}, []
+    out: dict[str, Any] = {"kernel_algorithms": kernels, "logs": None}
+    if log is not None:
+        layout = rank_layout(log)
+        tuning = log.tuning
+        chosen = []
+        if tuning.height:
+            chosen = (tuning.group_by("op", "algo", "proto", maintain_order=True)
+                      .agg(pl.col("bytes").min().alias("min_bytes"), pl.col("bytes").max().alias("max_bytes"),
+                           pl.len().alias("lines"))
+                      .to_dicts())
+        out["logs"] = {
+            "files": len(log.files), "version": log.version,
+            "communicators": int(log.comms.select("comm_id").n_unique()) if log.comms.height else 0,
+            "layout": {str(r): v for r, v in sorted(layout.items())},
+            "nodes": len({v["node"] for v in layout.values()}) if layout else None,
+            "ring_order": ring_order(log),
+            "algorithms": chosen,
+            "warnings": list(log.warnings),
+        }
+    return out, {}, []
+
+
+def matching_section(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
+    """The ``matching`` section: how calls were attributed and matched, and the frame
+    ``collective_matches`` (one row per rank per matched call)."""
+    table = inp.collectives
+    if table.height == 0 or "call_id" not in table.columns:
+        return None, {}, []
+    sources = table.group_by("group_source").len().sort("group_source").to_dicts()
+    summary = {
+        "method": "k-th call of a process group on every member rank (flight-recorder collective_seq_id, or "
+                  "per-group order); p2p: k-th send a->b with k-th recv; transfer = min duration, wait = rest",
+        "calls": int(table["call_id"].drop_nulls().n_unique()),
+        "complete_calls": int(table.filter(pl.col("complete"))["call_id"].n_unique()),
+        "unattributed_rows": int(table["call_id"].null_count()),
+        "group_sources": {str(r["group_source"]): int(r["len"]) for r in sources},
+    }
+    return summary, {"collective_matches": matching.matches_frame(table)}, []

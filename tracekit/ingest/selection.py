@@ -1,0 +1,108 @@
+"""Which trace files to read: ``--ranks`` (a subset) and ``--sample N`` (an overview of a big job).
+
+A file's rank is known before parsing it from, in order: ``distributedInfo.rank`` in the head
+of the file (Kineto writes it before the events: kineto.peek_rank reads at most 64 KB), a
+matching cache entry (tracekit.cache), the ``rank<N>`` of its name. Files whose rank none of
+these tell are read in full and filtered afterwards (the only way to learn their rank).
+
+Sampling, for thousand-rank jobs: N ranks spread evenly over the ranks present, always the
+first and the last (the ranks at positions floor(k (M-1)/(N-1) + 1/2), k = 0..N-1, of the M
+ranks sorted),
+so the overview sees both ends of every pipeline and both edges of the node layout. Every
+number then covers the sampled ranks only, and the summary says so (``sampling``, warnings).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tracekit.ingest.kineto import peek_rank
+from tracekit.runfolder import rank_from_filename
+
+
+@dataclass
+class Selection:
+    files: list[Path]                       # to read
+    unknown: list[Path] = field(default_factory=list)   # rank unknown before parsing (in files)
+    sampled: list[int] | None = None        # the sampled ranks, when --sample chose
+    ranks_present: int = 0                  # distinct ranks known before parsing
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict | None:
+        if self.sampled is None:
+            return None
+        return {"ranks_present": self.ranks_present, "ranks_analysed": len(self.sampled),
+                "ranks": self.sampled, "method": "evenly spaced over the ranks present, first and last included"}
+
+
+def file_rank(path: Path, cache_dir: Path | None = None) -> int | None:
+    """A file's rank without parsing it: head, then cache entry, then file name; else None."""
+    rank = peek_rank(path)
+    if rank is not None:
+        return rank
+    from tracekit import cache
+
+    found = cache.lookup(path, cache_dir)
+    if found is not None:
+        info = found[1].get("info") or {}
+        if info.get("rank_source") in ("distributedInfo", "filename") and isinstance(info.get("rank"), int):
+            return info["rank"]
+    return rank_from_filename(path.name)
+
+
+def spread(ranks: Sequence[int], n: int) -> list[int]:
+    """n of the sorted ranks, evenly spaced, first and last included (all when n >= len)."""
+    ranks = sorted(set(ranks))
+    if n >= len(ranks):
+        return ranks
+    if n == 1:
+        return ranks[:1]
+    m = len(ranks)
+    return sorted({ranks[int(k * (m - 1) / (n - 1) + 0.5)] for k in range(n)})   # half up
+
+
+def _ranges(values: Sequence[int]) -> str:
+    vals, out, i = sorted(set(values)), [], 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def select(files: Sequence[Path], ranks: Sequence[int] | None = None, sample: int | None = None,
+           cache_dir: Path | None = None) -> Selection:
+    """The files to read for ``ranks`` (a subset) and/or ``sample`` (N ranks spread out)."""
+    files = list(files)
+    if not ranks and not sample:
+        return Selection(files=files)
+    known: dict[Path, int] = {}
+    unknown: list[Path] = []
+    for f in files:
+        r = file_rank(f, cache_dir)
+        if r is None:
+            unknown.append(f)
+        else:
+            known[f] = r
+    wanted = set(ranks) if ranks else set(known.values())
+    present = sorted(set(known.values()) & wanted)
+    sel = Selection(files=[], ranks_present=len(set(known.values())))
+    if sample:
+        chosen = spread(present, sample)
+        sel.sampled = chosen
+        scope = f"of the {len(present)} ranks asked for" if ranks else f"of {len(present)} ranks"
+        sel.warnings.append(
+            f"sampled overview: {len(chosen)} {scope} analysed (ranks {_ranges(chosen)}); every "
+            "number covers these ranks only")
+        if unknown:
+            sel.warnings.append(
+                f"{len(unknown)} trace files say their rank only inside (no distributedInfo in their "
+                "head, no rank<N> in their name): left out of the sample")
+            unknown = []
+        wanted = set(chosen)
+    sel.files = [f for f in files if known.get(f) in wanted] + unknown
+    sel.unknown = unknown
+    return sel
