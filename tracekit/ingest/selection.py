@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from tracekit.ingest.foreign import ranges
 from tracekit.ingest.kineto import peek_rank
 from tracekit.runfolder import rank_from_filename
 
@@ -62,17 +63,6 @@ def spread(ranks: Sequence[int], n: int) -> list[int]:
     return sorted({ranks[int(k * (m - 1) / (n - 1) + 0.5)] for k in range(n)})   # half up
 
 
-def _ranges(values: Sequence[int]) -> str:
-    vals, out, i = sorted(set(values)), [], 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ", ".join(out)
-
-
 def select(files: Sequence[Path], ranks: Sequence[int] | None = None, sample: int | None = None,
            cache_dir: Path | None = None) -> Selection:
     """The files to read for ``ranks`` (a subset) and/or ``sample`` (N ranks spread out)."""
@@ -95,7 +85,7 @@ def select(files: Sequence[Path], ranks: Sequence[int] | None = None, sample: in
         sel.sampled = chosen
         scope = f"of the {len(present)} ranks asked for" if ranks else f"of {len(present)} ranks"
         sel.warnings.append(
-            f"sampled overview: {len(chosen)} {scope} analysed (ranks {_ranges(chosen)}); every "
+            f"sampled overview: {len(chosen)} {scope} analysed (ranks {ranges(chosen)}); every "
             "number covers these ranks only")
         if unknown:
             sel.warnings.append(

@@ -1,0 +1,41 @@
+"""Real traces of our own runs on an NVIDIA H200 (torch 2.11+cu130, NCCL 2.28.9), made by
+scripts/gpu_check.sh on the GPU machine this project is sometimes lent: one rank, so NCCL
+launched no collective kernels; what they check is the CUDA side of ingest and timeline."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracekit.analyze import analyze
+
+GPU = Path(__file__).resolve().parent / "data" / "gpu"
+
+
+def test_cuda_dp_run_breakdown_memory_and_nccl_log():
+    result = analyze(GPU / "dp-cuda-nccl")
+    (info,) = result.infos
+    assert info.has_gpu and info.backend == "nccl"
+    # --steps 2: on GPU the last, cut-short step is dropped as HTA does
+    assert result.summary["window"] == {**result.summary["window"], "kind": "complete_steps", "steps": 1}
+    (rank,) = result.summary["ranks"]
+    assert rank["compute_s"] > 0 and rank["comm_s"] == 0
+    total = rank["compute_s"] + rank["exposed_comm_s"] + rank["other_s"] + rank["idle_s"]
+    assert total == pytest.approx(rank["span_s"], rel=1e-9)
+    # a 0.9M-parameter model cannot keep an H200 busy: the GPU idles most of the step
+    assert rank["idle_s"] > rank["compute_s"]
+    (mem,) = result.summary["memory"]["per_rank"]
+    assert mem["peak_device"] == "cuda:0" and mem["peak_bytes"] > mem["model_states_bytes"]
+    assert mem["ratio_to_theory"] == pytest.approx(1.0, abs=1e-3)
+    assert result.summary["nccl"]["logs"]["version"].startswith("2.28")
+
+
+def test_cuda_job_captured_with_tracekit_profile():
+    (run,) = [p for p in GPU.iterdir() if p.name == "user-cuda"]
+    result = analyze(run)
+    assert result.summary["window"]["kind"] == "complete_steps"
+    assert result.summary["window"]["steps"] == 2        # active=3, the last one cut short
+    (rank,) = result.summary["ranks"]
+    assert rank["compute_s"] > 0
+    kernels = result.events.filter((result.events["device"] == "gpu") & (result.events["kind"] == "compute"))
+    assert kernels.height > 0
