@@ -180,31 +180,11 @@ def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict
     }
 
 
-def _exit_on_sigterm() -> None:
-    """torchrun (after another rank failed) and the launcher (timeout, Ctrl-C) stop ranks with
-    SIGTERM: turn the first one into SystemExit so the profiler writes what it recorded and the
-    flight recorder is dumped. Later SIGTERMs are ignored (torchrun forwards the launcher's
-    SIGTERM, so two arrive together; the second must not cut the trace export short): the
-    SIGKILL that the launcher and torchrun send after their grace periods is the backstop.
-    A SIGTERM that arrives while an exception is already unwinding (a peer died, so our
-    collective failed, and torchrun stops us a moment later) raises nothing either: the
-    unwinding is writing the trace and ends the rank anyway."""
-    raised: list[bool] = []
-
-    def handler(signum: int, frame: object) -> None:
-        if raised or sys.exc_info()[0] is not None:
-            return
-        raised.append(True)
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] = (),
           precisions: Iterable[str] = ("fp32",)) -> Context:
     """Parse options, join the process group, agree on the run folder, write run.json (rank 0)."""
     args = parse_args(strategy, argv, uses, precisions)
-    _exit_on_sigterm()
+    capture.exit_on_first_sigterm()   # a stopped rank still writes its trace
     torch.set_num_threads(1)   # torchrun sets OMP_NUM_THREADS=1, but not every launcher does
     _single_process_env()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

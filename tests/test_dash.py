@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request

@@ -8,7 +8,6 @@ test_dash.py).
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from tracekit import netns, runfolder

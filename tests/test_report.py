@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import os
 import shutil
 import struct
 from pathlib import Path

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import sys
 import time
 import warnings
@@ -115,6 +116,27 @@ def profile(run: Path | str, rank: int | None = None, steps: int = 3, device: st
         )
         with prof:
             yield prof
+
+
+def exit_on_first_sigterm() -> Any:
+    """Make the first SIGTERM raise SystemExit (so the profiler writes what it recorded and the
+    flight recorder is dumped); return the previous handler.
+
+    torchrun (after another rank failed) and the launcher (timeout, Ctrl-C) stop ranks with
+    SIGTERM. Later SIGTERMs are ignored (torchrun forwards the launcher's, so two arrive
+    together; the second must not cut the trace export short), and so is one that arrives while
+    an exception is already unwinding (a peer died, our collective failed): the SIGKILL that
+    torchrun and the launcher send after their grace periods is the backstop.
+    """
+    raised: list[bool] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if raised or sys.exc_info()[0] is not None:
+            return
+        raised.append(True)
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 # --- model-state memory -------------------------------------------------------------------------

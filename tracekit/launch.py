@@ -315,6 +315,9 @@ def _error_message(content: dict[str, Any]) -> str:
     return str(msg) if msg else "the rank raised (no message in its error file)"
 
 
+_COLLATERAL = re.compile(r"Connection (closed|reset) by peer|remote worker crash|Broken pipe", re.IGNORECASE)
+
+
 def _error_time(content: dict[str, Any]) -> float:
     try:
         return float(content["message"]["extraInfo"]["timestamp"])
@@ -328,6 +331,11 @@ def _rank_errors(run: Path, output: str, per_node: int = 0) -> list[dict[str, An
     files = _collect_rank_logs(run, per_node)
     root = _ROOT_CAUSE.search(output)
     root_rank = int(root["rank"]) if root else min(files, key=lambda r: (_error_time(files[r]), r), default=None)
+    # torchrun names the oldest error file, but a peer's collateral failure can be written before
+    # the failing rank's own (that one first exports its trace): prefer a rank's own exception
+    own = [r for r in files if not _COLLATERAL.search(_error_message(files[r]))]
+    if own and (root_rank not in own):
+        root_rank = min(own, key=lambda r: (_error_time(files[r]), r))
     order = sorted(files, key=lambda r: (r != root_rank, _error_time(files[r]), r))
     errors = [{"rank": r, "kind": "exception", "message": _error_message(files[r]), "root_cause": r == root_rank}
               for r in order]

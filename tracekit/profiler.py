@@ -344,15 +344,7 @@ class Profiler:
             return
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return
-        raised: list[bool] = []
-
-        def handler(signum: int, frame: object) -> None:
-            if raised or sys.exc_info()[0] is not None:
-                return
-            raised.append(True)
-            raise SystemExit(128 + signum)
-
-        self._old_sigterm = signal.signal(signal.SIGTERM, handler)
+        self._old_sigterm = capture.exit_on_first_sigterm()
 
     # --- steps ----------------------------------------------------------------------------------
 
