@@ -250,9 +250,7 @@ def run(ctx: harness.Context, mesh: DeviceMesh, dp_rank: int, dp_size: int) -> N
         return loss
 
     losses = harness.train(ctx, step)
-    if ctx.memory is not None:
-        ctx.memory["activation_peak_bytes"] = activation_peak
-    harness.finish(ctx, losses, params=model.state_dict())
+    harness.finish(ctx, losses, params=model.state_dict(), activation_peak_bytes=activation_peak)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -271,9 +271,15 @@ def train(ctx: Context, step_fn: Callable[[int], float]) -> list[float]:
     return losses
 
 
-def finish(ctx: Context, losses: list[float], params: dict[str, torch.Tensor] | None = None) -> None:
-    """Write train/, memory/, flight recorder; rank 0 marks run.json ok; leave the group cleanly."""
+def finish(ctx: Context, losses: list[float], params: dict[str, torch.Tensor] | None = None,
+           activation_peak_bytes: int | None = None) -> None:
+    """Write train/, memory/, flight recorder; rank 0 marks run.json ok; leave the group cleanly.
+
+    activation_peak_bytes: the peak of an ActivationMeter over the run, stored beside the model
+    states counted at the memory step."""
     w = ctx.args.warmup
+    if ctx.memory is not None and activation_peak_bytes is not None:
+        ctx.memory["activation_peak_bytes"] = activation_peak_bytes
     capture.write_train(ctx.run, ctx.rank, losses, step_times_s=ctx.step_times,
                         profiled=[k >= w for k in range(len(losses))], warmup=w, steps=ctx.args.steps)
     if ctx.memory is not None:

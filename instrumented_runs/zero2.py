@@ -197,9 +197,7 @@ def main(argv: list[str] | None = None) -> None:
             return zero.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)
-    if ctx.memory is not None:
-        ctx.memory["activation_peak_bytes"] = meter.peak_bytes
-    harness.finish(ctx, losses, params=model.state_dict())
+    harness.finish(ctx, losses, params=model.state_dict(), activation_peak_bytes=meter.peak_bytes)
 
 
 if __name__ == "__main__":
