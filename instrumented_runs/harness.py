@@ -195,7 +195,7 @@ def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] =
         raise SystemExit(f"{strategy}: --global-batch {args.global_batch} does not divide by {world_size} ranks")
     device = torch.device("cpu")
     if args.device == "cuda":
-        device = torch.device("cuda", local_rank)
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())   # gloo ranks may share a GPU
         torch.cuda.set_device(device)
     if args.run_dir is not None and args.backend == "nccl":
         _nccl_logging(args.run_dir)

@@ -25,17 +25,20 @@ forward ``F`` or backward ``B`` on this rank's stage with its p2p around it.
 
 Point-to-point, each call inside its label (peer = the other rank)::
 
-    comm:recv:act:mb<j>:peer<r>    blocking receive of microbatch j's input (the wait is inside:
-                                   the span is the time this stage sat waiting for upstream)
+    comm:recv:act:mb<j>:peer<r>    wait for microbatch j's input from upstream (the span is the
+                                   time this stage sat blocked, waiting for upstream)
     F:s<s>:mb<j>                   the forward compute, nothing else (loss included on the last)
     comm:send:act:mb<j>:peer<r>    asynchronous send downstream (isend; waited at the flush)
-    comm:recv:grad:mb<j>:peer<r>   blocking receive of dL/d(output) from downstream
+    comm:recv:grad:mb<j>:peer<r>   wait for dL/d(output) from downstream
     B:s<s>:mb<j>                   the backward compute
     comm:send:grad:mb<j>:peer<r>   asynchronous send of dL/d(input) upstream
 
-Sends are asynchronous and receives blocking, and on every (src, dst) pair messages go in one
-direction only (activations down, gradients up) in microbatch order, so no schedule here can
-deadlock: gloo matches the k-th send to the k-th receive of a pair.
+The schedules post their receives ahead (``irecv``, :class:`PostedRecv`): inside the span of
+microbatch j's receive, j+1's is posted, then j's waited, so the message moves while the stage
+computes and the span is the time spent blocked. Sends are asynchronous and receives are waited
+in schedule order, and on every (src, dst) pair messages go in one direction only (activations
+down, gradients up) in microbatch order, so no schedule here can deadlock: gloo matches the k-th
+send to the k-th receive of a pair.
 
 Memory. :class:`tracekit.capture.ActivationMeter` (parameters excluded) counts the bytes autograd
 keeps for backward on this stage; a microbatch's are freed by its backward. So the peak is
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -62,7 +66,8 @@ SEND_WAIT = "sends"     # comm:wait:sends, the flush's wait for outstanding isen
 LOSS = "loss"           # comm:broadcast:loss, the last stage's loss to every rank
 # Pipeline runs default to 64 sequences per step (8 per microbatch at m = 8): with 1-sequence
 # microbatches a forward is mostly Python overhead and gloo's per-message latency rivals it
-# (measured, p=4, m=8, 2 cores shared: measured - replay bubble 0.16 at 32 sequences, 0.11 at 64).
+# (measured, p=4, m=8, 2 cores shared, receives not yet posted ahead: measured - replay bubble
+# 0.16 at 32 sequences, 0.11 at 64).
 GLOBAL_BATCH = 64
 
 
@@ -122,32 +127,68 @@ def split_microbatches(tokens: torch.Tensor, targets: torch.Tensor, m: int) -> l
 # --- point-to-point, each inside its label ------------------------------------------------------
 
 
-def recv_activation(shape: tuple[int, ...], mb: int, src: int, group: dist.ProcessGroup) -> torch.Tensor:
+def _via_host(group: dist.ProcessGroup) -> bool:
+    """gloo sends from host memory only (a CUDA pointer makes its writev fail with EFAULT), so on
+    gloo a CUDA tensor is staged through the host: a D2H copy before isend, H2D after recv."""
+    return dist.get_backend(group) == "gloo"
+
+
+def _buffer(shape: tuple[int, ...], group: dist.ProcessGroup, device: torch.device) -> torch.Tensor:
+    return torch.empty(shape, device="cpu" if _via_host(group) else device)
+
+
+def _recv(shape: tuple[int, ...], src: int, group: dist.ProcessGroup, device: torch.device) -> torch.Tensor:
+    buf = _buffer(shape, group, device)
+    dist.recv(buf, src=src, group=group)
+    return buf.to(device)
+
+
+def _isend(t: torch.Tensor, dst: int, group: dist.ProcessGroup) -> dist.Work:
+    return dist.isend(t.contiguous().cpu() if _via_host(group) else t.contiguous(), dst=dst, group=group)
+
+
+def recv_activation(shape: tuple[int, ...], mb: int, src: int, group: dist.ProcessGroup,
+                    device: torch.device = torch.device("cpu")) -> torch.Tensor:
     """Block until microbatch ``mb``'s activations arrive from upstream rank ``src``."""
-    buf = torch.empty(shape)
     with region(labels.p2p("recv", "act", mb, src)):
-        dist.recv(buf, src=src, group=group)
-    return buf
+        return _recv(shape, src, group, device)
 
 
 def send_activation(x: torch.Tensor, mb: int, dst: int, group: dist.ProcessGroup) -> dist.Work:
     """Start sending microbatch ``mb``'s activations to downstream rank ``dst``."""
     with region(labels.p2p("send", "act", mb, dst)):
-        return dist.isend(x.contiguous(), dst=dst, group=group)
+        return _isend(x, dst, group)
 
 
-def recv_grad(shape: tuple[int, ...], mb: int, src: int, group: dist.ProcessGroup) -> torch.Tensor:
+def recv_grad(shape: tuple[int, ...], mb: int, src: int, group: dist.ProcessGroup,
+              device: torch.device = torch.device("cpu")) -> torch.Tensor:
     """Block until dL/d(output) of microbatch ``mb`` arrives from downstream rank ``src``."""
-    buf = torch.empty(shape)
     with region(labels.p2p("recv", "grad", mb, src)):
-        dist.recv(buf, src=src, group=group)
-    return buf
+        return _recv(shape, src, group, device)
 
 
 def send_grad(g: torch.Tensor, mb: int, dst: int, group: dist.ProcessGroup) -> dist.Work:
     """Start sending dL/d(input) of microbatch ``mb`` to upstream rank ``dst``."""
     with region(labels.p2p("send", "grad", mb, dst)):
-        return dist.isend(g.contiguous(), dst=dst, group=group)
+        return _isend(g, dst, group)
+
+
+class PostedRecv:
+    """A receive posted ahead of its use (``irecv``), so the transfer runs while this stage
+    computes. gloo moves a message only once both sides have posted: a receive posted when needed
+    waits for the sender's gloo thread to answer its "ready" and write the data, thread wake-ups in
+    another process, on the pipeline's critical path even when the send was long done (measured,
+    p=4, m=8 on 2 shared cores: such a receive took 3-6 ms median; posted ahead, 0.07 ms)."""
+
+    def __init__(self, mb: int, src: int, shape: tuple[int, ...], group: dist.ProcessGroup, device: torch.device) -> None:
+        self.mb, self.device = mb, device
+        self.buf = _buffer(shape, group, device)
+        self.work = dist.irecv(self.buf, src=src, group=group)
+
+    def wait(self) -> torch.Tensor:
+        """Block until it has arrived."""
+        self.work.wait()
+        return self.buf.to(self.device)
 
 
 def wait_sends(works: list[dist.Work], *qualifiers: str) -> None:
@@ -160,7 +201,8 @@ def wait_sends(works: list[dist.Work], *qualifiers: str) -> None:
 
 def broadcast_loss(loss: float, src: int, group: dist.ProcessGroup) -> float:
     """The step's loss lives on the last stage; give it to every rank (for the log)."""
-    t = torch.tensor([loss], dtype=torch.float64)
+    t = torch.tensor([loss], dtype=torch.float64,
+                     device="cpu" if _via_host(group) else torch.device("cuda", torch.cuda.current_device()))
     with region(labels.comm("broadcast", LOSS)):
         dist.broadcast(t, src=src, group=group)
     return float(t.item())
@@ -179,6 +221,7 @@ class StageRunner:
     def __init__(self, stage: Stage, group: dist.ProcessGroup, microbatches: int, mb_shape: tuple[int, ...]) -> None:
         self.stage, self.group, self.m, self.mb_shape = stage, group, microbatches, mb_shape
         self.s, self.p = stage.stage, stage.stages
+        self.device = next(stage.parameters()).device
         rank = dist.get_rank(group)
         self.prev = dist.get_global_rank(group, rank - 1) if not stage.first else None
         self.next = dist.get_global_rank(group, rank + 1) if not stage.last else None
@@ -186,6 +229,8 @@ class StageRunner:
         self.meter = capture.ActivationMeter(exclude=stage.parameters())
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # mb -> (input, output or loss)
         self.sends: list[dist.Work] = []
+        self.expected: dict[str, deque[int]] = {"act": deque(), "grad": deque()}
+        self.posted: dict[str, deque[PostedRecv]] = {"act": deque(), "grad": deque()}
         self.losses: dict[int, float] = {}        # mb -> unscaled loss (last stage)
         self.inflight = 0
         self.bytes_per_microbatch = 0
@@ -200,10 +245,40 @@ class StageRunner:
         self.steps.append({"step": step, "max_inflight_microbatches": self._max_inflight,
                            "activation_peak_bytes": self.meter.peak_bytes, **extra})
 
+    def expect(self, what: str, mbs: Iterable[int]) -> None:
+        """The microbatches whose activations (``"act"``, from upstream) or output gradients
+        (``"grad"``, from downstream) this stage receives next, in this order; their receives are
+        posted ahead (:class:`PostedRecv`). Without an expectation a receive blocks, posted when
+        needed."""
+        if (what == "act" and not self.stage.first) or (what == "grad" and not self.stage.last):
+            self.expected[what].extend(mbs)
+            self._post(what)
+
+    def _post(self, what: str) -> None:
+        if self.expected[what]:
+            src = self.prev if what == "act" else self.next
+            self.posted[what].append(PostedRecv(self.expected[what].popleft(), src, self.mb_shape, self.group, self.device))
+
+    def _receive(self, what: str, mb: int) -> torch.Tensor:
+        """Microbatch ``mb``'s input (act) or output gradient (grad): inside its ``comm:recv`` span,
+        the next expected receive is posted, then this one is waited. Posting first puts the post
+        (it takes the gloo pair's lock, which the gloo thread holds while it reads this very
+        message) inside the wait rather than after it; at most two receives are posted per
+        direction, so 1F1B still holds p - s microbatches and not m."""
+        src = self.prev if what == "act" else self.next
+        if not self.posted[what]:
+            return (recv_activation if what == "act" else recv_grad)(self.mb_shape, mb, src, self.group, self.device)
+        posted = self.posted[what].popleft()
+        if posted.mb != mb:     # gloo matches receives in posting order: mb would get another's data
+            raise RuntimeError(f"stage {self.s}: {what} of microbatch {mb} needed, {posted.mb} expected next")
+        with region(labels.p2p("recv", what, mb, src)):
+            self._post(what)
+            return posted.wait()
+
     def forward(self, mb: int, tokens: torch.Tensor | None, targets: torch.Tensor | None,
                 version: int | None = None) -> None:
         """Receive (not on stage 0), compute F, send downstream (not on the last stage)."""
-        x = tokens if self.stage.first else recv_activation(self.mb_shape, mb, self.prev, self.group)
+        x = tokens if self.stage.first else self._receive("act", mb)
         if not self.stage.first:
             x.requires_grad_()
         before = self.meter.current_bytes
@@ -225,7 +300,7 @@ class StageRunner:
         """Receive dL/d(output) (not on the last stage), compute B, send dL/d(input) upstream.
         Returns the received output gradient (None on the last stage)."""
         x, y = self.saved.pop(mb)
-        grad = None if self.stage.last else recv_grad(tuple(y.shape), mb, self.next, self.group)
+        grad = None if self.stage.last else self._receive("grad", mb)
         with region(labels.pipeline("B", self.s, mb, version, staleness)):
             torch.autograd.backward(y, grad)
         if not self.stage.first:

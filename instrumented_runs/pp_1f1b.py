@@ -76,6 +76,8 @@ class OneFOneB:
         warmup = min(p - s - 1, m)
         r.begin_step()
         with region(labels.STEP):
+            r.expect("act", range(m))       # posted one ahead: the transfer overlaps compute
+            r.expect("grad", range(m))
             with region(labels.ZERO_GRAD):
                 self.optimizer.zero_grad(set_to_none=True)
             # phase: warm-up: p-s-1 forwards fill the stages below this one

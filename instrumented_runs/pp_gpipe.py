@@ -63,6 +63,8 @@ class GPipe:
         micro = split_microbatches(tokens, targets, m)
         r.begin_step()
         with region(labels.STEP):
+            r.expect("act", range(m))       # posted one ahead: the transfer overlaps compute
+            r.expect("grad", range(m))
             with region(labels.ZERO_GRAD):
                 self.optimizer.zero_grad(set_to_none=True)
             # phase: fill + forwards: all m microbatches go down the pipeline

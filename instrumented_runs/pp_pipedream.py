@@ -148,8 +148,11 @@ class PipeDream:
         r, m = self.runner, self.runner.m
         r.begin_step()
         max_versions = self.versions_held()
+        ops = self.stream[2 * m * k: 2 * m * (k + 1)]
         with region(labels.STEP):
-            for kind, g in self.stream[2 * m * k: 2 * m * (k + 1)]:
+            r.expect("act", [g for kind, g in ops if kind == "F"])    # receives posted ahead
+            r.expect("grad", [g for kind, g in ops if kind == "B"])
+            for kind, g in ops:
                 # phase: warm-up (only at the start of step 0), steady 1F1B, cool-down (last step)
                 if kind == "F":
                     self.forward(g)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
+import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -407,3 +411,43 @@ def test_html_report_draws_offline(page, tmp_path):
     assert _count(page, ".heatmaplayer g.hm image") == 1
     assert "this run has no pipeline data" in page.locator("body").inner_text()
     _shot(page, "report-offline")
+
+
+def _listening(port: int) -> set[str]:
+    """Local IPv4 addresses with a socket listening on ``port`` (from /proc/net/tcp)."""
+    out = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        addr, p = local.split(":")
+        if state == "0A" and int(p, 16) == port:   # 0A: LISTEN
+            out.add(".".join(str(b) for b in reversed(bytes.fromhex(addr))))
+    return out
+
+
+def _start_dash(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "tracekit.cli", "dash", str(tmp_path), "--port", str(port), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _listening(port) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    return proc, port
+
+
+@pytest.mark.parametrize("extra, address, warns", [((), "127.0.0.1", False),
+                                                   (("--host", "0.0.0.0"), "0.0.0.0", True)])
+def test_tracekit_dash_binds_localhost_unless_told(tmp_path, extra, address, warns):
+    """The real command: bound to 127.0.0.1 by default (nothing else on the machine's other
+    addresses); another host only when asked, with a warning on stderr."""
+    proc, port = _start_dash(tmp_path, *extra)
+    try:
+        assert _listening(port) == {address}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as resp:
+            assert resp.status == 200
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert ("reachable from other machines" in err) is warns
+    assert f"on http://{address}:{port}/" in err

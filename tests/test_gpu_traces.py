@@ -1,6 +1,7 @@
 """Real traces of our own runs on an NVIDIA H200 (torch 2.11+cu130, NCCL 2.28.9), made by
-scripts/gpu_check.sh on the GPU machine this project is sometimes lent: one rank, so NCCL
-launched no collective kernels; what they check is the CUDA side of ingest and timeline."""
+scripts/gpu_check.sh on the GPU machine this project is sometimes lent (one GPU): a one-rank NCCL
+run (NCCL launches no collective kernels with one rank), a two-rank gloo run whose ranks share
+the GPU (gloo moves CUDA tensors through host memory), and a tracekit.profile job."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,3 +40,24 @@ def test_cuda_job_captured_with_tracekit_profile():
     assert rank["compute_s"] > 0
     kernels = result.events.filter((result.events["device"] == "gpu") & (result.events["kind"] == "compute"))
     assert kernels.height > 0
+
+
+def test_gloo_ranks_sharing_a_gpu_count_gloo_spans_as_communication():
+    """dp, 2 ranks, gloo on CUDA tensors: no communication kernels, so the gloo spans on the
+    host are each GPU rank's communication; without them the GPU would look idle instead."""
+    result = analyze(GPU / "dp-cuda-gloo")
+    assert [(i.rank, i.has_gpu, i.backend) for i in result.infos] == [(0, True, "gloo"), (1, True, "gloo")]
+    events = result.events
+    assert events.filter((events["device"] == "gpu") & (events["kind"] == "communication")).height == 0
+    gloo = events.filter(events["name"].str.starts_with("gloo:all_reduce"))
+    assert gloo.height > 0
+    for rank in result.summary["ranks"]:
+        assert rank["compute_s"] > 0 and rank["comm_s"] > 0
+        total = rank["compute_s"] + rank["exposed_comm_s"] + rank["other_s"] + rank["idle_s"]
+        assert total == pytest.approx(rank["span_s"], rel=1e-9)
+        # comm is the union of this rank's gloo spans inside the window: never more than their sum
+        mine = gloo.filter((gloo["rank"] == rank["rank"]) & (gloo["end_ns"] > rank["window_start_ns"])
+                           & (gloo["start_ns"] < rank["window_end_ns"]))
+        assert rank["comm_s"] <= (mine["end_ns"] - mine["start_ns"]).sum() * 1e-9 + 1e-9
+    (all_reduce,) = [op for op in result.summary["collectives"]["per_op"] if op["op"] == "all_reduce"]
+    assert all_reduce["unknown_size"] == 0 and all_reduce["bytes"] > 0

@@ -8,11 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from conftest import ROOT, SAMPLES
 from tracekit import theory
-from tracekit.analyses.pipeline import parse_op
+from tracekit.analyses.pipeline import parse_op, pipeline_ops
 from tracekit.analyses.replay import replay
 from tracekit.analyze import analyze
 
@@ -69,6 +70,28 @@ def test_torch_label_formats():
         assert parse_op(not_compute) is None
     assert parse_op("B:s1:mb17:v3:st2") == {"kind": "B", "stage": 1, "microbatch": 17, "version": 3,
                                             "staleness": 2, "source": "tracekit"}
+
+
+def test_busy_time_of_tracekit_and_torch_spans():
+    """torch's ``Forward i`` holds its receive: narrowed to its first and last compute op. Our
+    ``F``/``B`` labels hold only the stage's compute, so the Python before the first op counts
+    as busy; blocking communication inside a span is subtracted either way."""
+    def ev(rank: int, name: str, kind: str, cat: str, s: int, e: int) -> dict:
+        return {"rank": rank, "device": "cpu", "tid": "1", "cat": cat, "name": name, "kind": kind, "start_ns": s, "end_ns": e}
+
+    events = pl.DataFrame([
+        ev(0, "F:s0:mb0", "annotation", "user_annotation", 0, 1000),
+        ev(0, "aten::mm", "compute", "cpu_op", 200, 900),
+        ev(0, "B:s0:mb0", "annotation", "user_annotation", 2000, 3000),
+        ev(0, "aten::mm", "compute", "cpu_op", 2100, 2400),
+        ev(0, "c10d::recv_", "communication", "cpu_op", 2400, 2600),
+        ev(0, "aten::mm", "compute", "cpu_op", 2600, 2900),
+        ev(1, "Forward 0", "annotation", "user_annotation", 0, 1000),
+        ev(1, "aten::mm", "compute", "cpu_op", 300, 800),
+    ]).with_columns(pl.col("rank").cast(pl.Int32))
+    ops, _, _ = pipeline_ops(events, pl.DataFrame())
+    got = {(r, k): (s, e, b) for r, k, s, e, b in ops.select("rank", "kind", "start_ns", "end_ns", "busy_ns").iter_rows()}
+    assert got == {(0, "F"): (0, 1000, 1000), (0, "B"): (2000, 3000, 800), (1, "F"): (300, 800, 500)}
 
 
 def test_no_pipeline_labels_no_section():

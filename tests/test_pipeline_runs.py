@@ -219,11 +219,12 @@ def test_pipeline_section_keys_and_frames(analysed):
 
 
 def test_measured_bubble_against_theory_and_replay(analysed):
-    """Measured vs the replay of the same F/B durations with free communication. Four ranks share
-    two cores here (with other jobs), so recv latency and preemption add to the measured bubble:
-    the margin is wide; `tracekit run pp-gpipe --nproc 4 --microbatches 8` on a quiet machine is
-    where the 0.10 of the issue applies."""
-    for name in ("gpipe", "1f1b"):
+    """Measured vs the replay of the same F/B durations with free communication: the difference is
+    what p2p and contention add. Here four ranks share two cores (with other jobs), so every
+    message waits for thread wake-ups in a busy process: measured - replay was 0.05-0.09 for GPipe
+    p=4, m=8 (`tracekit run pp-gpipe --nproc 4 --microbatches 8`, 3 steps; 1F1B alike), 0.01 with
+    two ranks (1F1B p=2, m=4). The bounds leave room for a busier machine and 2 profiled steps."""
+    for name, bound in (("gpipe", 0.12), ("1f1b", 0.06)):
         pipe = analysed[name].summary["pipeline"]
         p, m = pipe["stages"], pipe["microbatches"]
         assert pipe["bubble_fraction_theory"] == pytest.approx(theory.pipeline_bubble_fraction(p, m))
@@ -231,8 +232,8 @@ def test_measured_bubble_against_theory_and_replay(analysed):
         # non-uniform stages can put the replay on either side of the uniform theory (1F1B starts
         # a slow last stage's backwards early: see test_pipeline_analysis's hand simulations)
         assert 0 < pipe["bubble_fraction_replay"] < 1
-        assert pipe["bubble_fraction"] >= pipe["bubble_fraction_replay"] - 0.05
-        assert pipe["bubble_fraction"] - pipe["bubble_fraction_replay"] <= 0.3
+        assert pipe["bubble_fraction"] >= pipe["bubble_fraction_replay"] - 0.02
+        assert pipe["bubble_fraction"] - pipe["bubble_fraction_replay"] <= bound, (name, pipe["bubble_fraction"], pipe["bubble_fraction_replay"])
         ops = analysed[name].frames["pipeline_ops"]
         assert ops.height == 2 * p * m * STEPS
 

@@ -136,8 +136,10 @@ def validate(opts: RunOptions) -> StrategySpec:
         found = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if found == 0:
             raise TracekitError("--device cuda asked, but this machine has no usable GPU")
-        if opts.nproc > found:
-            raise TracekitError(f"--nproc {opts.nproc} needs {opts.nproc} GPUs, this machine has {found}")
+        # NCCL needs a GPU per rank; gloo ranks may share one (rank r uses GPU r mod found)
+        if opts.nproc > found and backend_of(opts) == "nccl":
+            raise TracekitError(f"--nproc {opts.nproc} with nccl needs {opts.nproc} GPUs, this machine has "
+                                f"{found} (gloo ranks can share a GPU: --backend gloo)")
     if opts.timeout is not None and opts.timeout <= 0:
         raise TracekitError("--timeout must be a positive number of seconds")
     if not _RATE.match(str(opts.inter_node_bandwidth)):

@@ -114,9 +114,16 @@ def analysis_windows(events: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
 
 
 def _gpu_intervals(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """GPU events of GPU ranks, HTA's cut-short-step rule applied, with their set."""
+    """GPU events of GPU ranks, HTA's cut-short-step rule applied, with their set.
+
+    A GPU rank on gloo has no communication kernels: gloo moves the bytes from host threads,
+    so its ``gloo:*`` spans are that rank's communication (else the GPU would look idle).
+    """
+    gloo_spans = ((pl.col("device") == "cpu") & (pl.col("cat") == "user_annotation")
+                  & (pl.col("kind") == "communication"))
     gpu = events.filter(
-        (pl.col("device") == "gpu") & pl.col("kind").is_in(["compute", "communication", "memory", "sync"])
+        ((pl.col("device") == "gpu") & pl.col("kind").is_in(["compute", "communication", "memory", "sync"]))
+        | gloo_spans
     )
     cut = windows.filter(pl.col("cutoff_ns").is_not_null()).select("rank", "cutoff_ns")
     if cut.height:
@@ -127,7 +134,8 @@ def _gpu_intervals(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             .unique(["rank", "correlation"], keep="first")
         )
         gpu = gpu.join(cut, on="rank", how="left").join(launches, on=["rank", "correlation"], how="left")
-        gpu = gpu.filter(pl.col("cutoff_ns").is_null() | pl.col("keep").fill_null(False))
+        gpu = gpu.filter(pl.col("cutoff_ns").is_null() | pl.col("keep").fill_null(False)
+                         | ((pl.col("device") == "cpu") & (pl.col("start_ns") < pl.col("cutoff_ns"))))
     return gpu.select(
         "rank",
         "start_ns",
@@ -190,7 +198,7 @@ def _cpu_intervals(events: pl.DataFrame) -> pl.DataFrame:
 
 # The columns each side of the timeline reads. Filtering a projection copies these, not all 20
 # columns of the events table (at 650k events: a third of the time and memory of the filters).
-_GPU_COLUMNS = ("rank", "device", "kind", "start_ns", "end_ns", "correlation")
+_GPU_COLUMNS = ("rank", "device", "cat", "kind", "start_ns", "end_ns", "correlation")
 _CPU_COLUMNS = ("rank", "device", "pid", "tid", "thread_name", "cat", "name", "kind", "start_ns", "end_ns")
 
 

@@ -14,10 +14,15 @@ Which spans are pipeline compute (each read from a CPU annotation):
   ``REDUCE_GRAD`` (not compute, ignored) and ``PP:(<a>;<b>)OVERLAP_F_B`` (ignored: two actions
   in one span cannot be told apart).
 
-Busy time of a stage = its compute spans, narrowed to their first and last compute op, minus the
-blocking communication nested in them (``c10d::*`` calls, and ``gloo:recv``/``nccl:recv`` spans
-that hold no compute op), so torch's ``Forward i`` counts only its compute. A rank holding several stages (interleaved) is one
-device: its bubbles are computed over all its stages together.
+Busy time of a stage = its compute spans minus the blocking communication nested in them
+(``c10d::*`` calls, and ``gloo:recv``/``nccl:recv`` spans that hold no compute op). torch's spans
+are first narrowed to their first and last compute op, so ``Forward i`` counts only its compute,
+not the receive before it nor the send launches after it. tracekit's labels wrap the compute and
+nothing else (the p2p has its own ``comm:*`` spans), so they count whole: the Python that drives
+the ops before the first one starts (``Module.__call__``, ``torch.autograd.backward`` setting up
+the engine, 0.1-0.3 ms each on CPU) is the stage computing, not idle; narrowing them would count
+it as bubble although the replay, fed the narrowed durations, has no gap for it. A rank holding
+several stages (interleaved) is one device: its bubbles are computed over all its stages together.
 
 Definitions (DESIGN.md "Bubble"):
 
@@ -47,7 +52,7 @@ Definitions (DESIGN.md "Bubble"):
   the send started; the rest is waiting for the upstream (or downstream) stage.
 
 Frames: ``pipeline_ops`` (rank, stage, step, kind, microbatch, version, start_ns, end_ns; start/end
-trimmed to the compute), ``bubbles`` (rank, stage, step, phase, start_ns, end_ns),
+the busy extent, as above), ``bubbles`` (rank, stage, step, phase, start_ns, end_ns),
 ``pipeline_replay`` (stage, kind, microbatch, start_s, end_s).
 """
 from __future__ import annotations
@@ -131,8 +136,9 @@ def _raw_ops(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _compute_extent(raw: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
-    """Narrow each span to its first and last compute op on the same thread (torch's
-    ``Forward i`` starts with a receive and ends with send launches; ours start with compute)."""
+    """Narrow each of torch's spans to its first and last compute op on the same thread (torch's
+    ``Forward i`` starts with a receive and ends with send launches); tracekit's hold only compute
+    and stay whole."""
     comp = events.filter((pl.col("device") == "cpu") & (pl.col("cat") == "cpu_op") & (pl.col("kind") == "compute")
                          & ~pl.col("name").str.starts_with("aten::empty")).select("rank", "tid", "start_ns", "end_ns")
     if comp.height == 0:
@@ -143,7 +149,7 @@ def _compute_extent(raw: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
                                           strategy="forward", check_sortedness=False)
            .sort("end_ns").join_asof(last, left_on="end_ns", right_on="c1", by=["rank", "tid"],
                                      strategy="backward", check_sortedness=False))
-    ok = pl.col("c0").is_not_null() & pl.col("c1").is_not_null() & (pl.col("c0") < pl.col("end_ns")) & (pl.col("c1") > pl.col("start_ns")) & (pl.col("c0") < pl.col("c1"))
+    ok = (pl.col("source") != "tracekit") & pl.col("c0").is_not_null() & pl.col("c1").is_not_null() & (pl.col("c0") < pl.col("end_ns")) & (pl.col("c1") > pl.col("start_ns")) & (pl.col("c0") < pl.col("c1"))
     return (out.with_columns(pl.when(ok).then(pl.col("c0")).otherwise(pl.col("start_ns")).alias("start_ns"),
                              pl.when(ok).then(pl.col("c1")).otherwise(pl.col("end_ns")).alias("end_ns"))
             .drop("c0", "c1").sort("rank", "start_ns"))

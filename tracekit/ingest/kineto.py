@@ -181,7 +181,6 @@ MAX_BYTES_ENV = "TRACEKIT_MAX_TRACE_BYTES"
 #: parsing holds about 6.7 bytes of memory per byte of JSON (peak RSS growth measured on
 #: nccl_data.json.gz); the default limit leaves room for the analysis after it
 _MEMORY_PER_JSON_BYTE = 8
-_GUNZIP_CHUNK = 16 * 2**20
 _DEFLATE_MAX_RATIO = 1032
 _SUFFIXES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
@@ -233,34 +232,30 @@ def _too_big(size: int, limit: int, why: str, path: Path, *, gz: bool = False,
 
 
 def _gunzip(raw: bytes, limit: int, why: str, path: Path) -> bytes:
-    """Stream-decompress every gzip member, stopping as soon as the output passes ``limit``."""
+    """Decompress every gzip member, never producing more than ``limit`` bytes.
+
+    One ``decompress`` call per member with ``max_length = limit + 1``: bounded like a chunked
+    loop, but without copying the unconsumed input and joining chunks (a chunked loop took 2.5x
+    as long on a 30 MB trace).
+    """
     parts, total = [], 0
-    d = zlib.decompressobj(wbits=31)
     buf = raw
     try:
         while True:
-            part = d.decompress(buf, _GUNZIP_CHUNK)
+            d = zlib.decompressobj(wbits=31)
+            part = d.decompress(buf, limit - total + 1)
             total += len(part)
             if total > limit:
                 raise _too_big(total, limit, why, path, gz=True, at_least=True)
             parts.append(part)
-            buf = d.unconsumed_tail
-            if d.eof:
-                rest = d.unused_data
-                if not rest.strip(b"\0"):
-                    break
-                d, buf = zlib.decompressobj(wbits=31), rest   # another gzip member
-            elif not buf:
-                part = d.flush()
-                if part:
-                    parts.append(part)
-                    total += len(part)
-                if not d.eof:
-                    raise TracekitError("truncated gzip file (it ends before its end marker)", path)
+            if not d.eof:
+                raise TracekitError("truncated gzip file (it ends before its end marker)", path)
+            buf = d.unused_data
+            if not buf.strip(b"\0"):
                 break
     except zlib.error as exc:
         raise TracekitError(f"corrupt gzip data ({exc})", path) from None
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -423,7 +418,12 @@ def _series(name: str, values: list, dtype: pl.DataType) -> pl.Series:
 
 
 def _text_series(name: str, values: list) -> pl.Series:
-    """pid/tid as text. They take few distinct values, so each is converted once (2x faster)."""
+    """pid/tid as text: all-int ids are converted by polars (the usual case, 2x faster than
+    per-value Python); mixed ones (``"Spans"``) take few distinct values, each converted once."""
+    try:
+        return pl.Series(name, values, dtype=pl.Int64, strict=True).cast(pl.Utf8)
+    except Exception:  # noqa: BLE001 - text, floats, huge or odd values: the general path
+        pass
     try:
         text = {v: v if v.__class__ is str else None if v is None else str(v) for v in set(values)}
         return pl.Series(name, [text[v] for v in values], dtype=pl.Utf8)
@@ -787,12 +787,19 @@ def _cpus() -> int:
 
 
 def _idle_cpus() -> int:
-    """CPUs this process may use minus the machine's runnable load (1-minute average)."""
+    """CPUs this process may use minus the other processes running right now.
+
+    The instantaneous count (/proc/loadavg's "running/total"), not the 1-minute average: that
+    one still carries whatever ran just before (a previous command) for a minute after it ended.
+    """
     try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return max(1, int(_cpus() - load + 0.5))
+        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1   # not us
+    except (OSError, ValueError, IndexError):
+        try:
+            running = int(os.getloadavg()[0] + 0.5)
+        except OSError:
+            running = 0
+    return max(1, _cpus() - max(running, 0))
 
 
 def _default_workers(paths: list[Path]) -> int:
