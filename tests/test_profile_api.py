@@ -54,7 +54,8 @@ USER_JOB = textwrap.dedent("""
                 prof.step()
         runs["ctx"] = str(prof.run_dir)
         if os.environ.get("ONLY_CTX"):
-            print("RUNS " + json.dumps(runs), flush=True)
+            if dist.get_rank() == 0:   # one line: two ranks' writes to one pipe can interleave
+                print("RUNS " + json.dumps(runs), flush=True)
             return
         # 2. the decorator around a train-step function, run folder given explicitly
         step = tracekit.profiled(run_dir=out / "deco", wait=0, warmup=1, active=2)(train_step)
@@ -71,7 +72,8 @@ USER_JOB = textwrap.dedent("""
             cb.on_step_end(None, None, None)
         cb.on_train_end(None, None, None)
         runs["cb"] = str(cb.run_dir)
-        print("RUNS " + json.dumps(runs), flush=True)
+        if dist.get_rank() == 0:
+            print("RUNS " + json.dumps(runs), flush=True)
         dist.destroy_process_group()
 
     if __name__ == "__main__":
