@@ -3,7 +3,8 @@
 ``python floor.py --parser msgspec|orjson --workers W FILE...``
 
 - ``msgspec``: decode into the very typed Structs tracekit's ingest declares (``_Trace``,
-  ``_Event``, ``_Args``: only the fields it reads; their class definitions are taken from
+  ``_Event``, ``_Common``: only the fields it reads; each event's args stay raw JSON and the
+  X events' common args are decoded, as ingest does; the class definitions are taken from
   tracekit/ingest/kineto.py's source, so this process imports msgspec only, not polars);
 - ``orjson``: ``orjson.loads`` of the whole document (dicts and lists of everything).
 
@@ -22,7 +23,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 KINETO = Path(__file__).resolve().parents[1] / "tracekit" / "ingest" / "kineto.py"
-_decoder = None
+_decoder = _common = None
 
 
 def _structs() -> dict:
@@ -32,7 +33,7 @@ def _structs() -> dict:
     import msgspec
 
     tree = ast.parse(KINETO.read_text())
-    wanted = {"_Args", "_Event", "_Trace", "_NO_RAW"}
+    wanted = {"_Args", "_Common", "_Event", "_Trace", "_NO_RAW"}
     body = [n for n in tree.body
             if (isinstance(n, ast.ClassDef) and n.name in wanted)
             or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))]
@@ -44,7 +45,7 @@ def _structs() -> dict:
 
 
 def _parse(path: str, parser: str) -> int:
-    global _decoder
+    global _decoder, _common
     data = Path(path).read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
@@ -55,8 +56,14 @@ def _parse(path: str, parser: str) -> int:
     if _decoder is None:
         import msgspec
 
-        _decoder = msgspec.json.Decoder(_structs()["_Trace"], strict=False)
-    return len(_decoder.decode(data).traceEvents)
+        structs = _structs()
+        _decoder = msgspec.json.Decoder(structs["_Trace"], strict=False)
+        _common = msgspec.json.Decoder(structs["_Common"], strict=False).decode
+    events = _decoder.decode(data).traceEvents
+    for e in events:   # the X events' common args, as ingest decodes them
+        if e.ph == "X" and e.args:
+            _common(e.args)
+    return len(events)
 
 
 def main() -> None:

@@ -2,9 +2,10 @@
 
 Why it looks like this: parse speed is a product feature (HTA needs ~0.8 CPU-s per 10 MB rank).
 A file is gunzipped once, decoded by msgspec straight into typed Structs that declare only the
-fields used (unknown keys are skipped without building dicts), turned into columns by one list
-comprehension per field, and classified with vectorised polars expressions. Only the few rows
-that are collective calls get per-row Python, to read their nested ``Input Dims``.
+fields used (unknown keys are skipped without building dicts; each event's ``args`` stays raw
+JSON, and only the four keys every row may need are decoded for all rows), turned into columns
+by one list comprehension per field, and classified with vectorised polars expressions. Only the
+few rows that are collective calls, thread names or memory events decode their full args.
 
 Rows: one per ``ph == "X"`` event. Events with a missing, negative or NaN ``dur`` or a
 non-numeric ``ts`` are dropped (one warning line counts them), and so are events whose times
@@ -107,6 +108,7 @@ _TIME_LIMIT = float(2**62)  # |ns| bound: int64 arithmetic on start/end can neve
 _RANK_LIMIT = 2**31
 NO_RANK_WARNING = "no rank in distributedInfo or file name; taken as rank 0"
 _POOL_MIN_BYTES = 16 * 2**20  # below this much trace on disk, worker start-up costs more
+_POOL_MIN_CPUS = 3            # two workers bought 13 % of wall time for 65 % more memory
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,16 @@ class _Args(msgspec.Struct, gc=False):
     device_id: Any = msgspec.field(default=None, name="Device Id")
 
 
+class _Common(msgspec.Struct, gc=False):
+    """The ``args`` keys every X event may need (the rest are read from the few rows that use
+    them: collective calls, thread names, memory events)."""
+
+    stream: Any = None
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    coll_name: Any = msgspec.field(default=None, name="Collective name")
+
+
 class _Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
@@ -166,7 +178,9 @@ class _Event(msgspec.Struct, gc=False):
     tid: Any = None
     ts: Any = None
     dur: Any = None
-    args: _Args | None = None
+    # kept as raw JSON and decoded per use: a typed decode of every event's args was a third of
+    # the decode time and most of its objects (measured: 195 -> 105 ms for a 30 MB trace)
+    args: msgspec.Raw = _NO_RAW
 
 
 class _Trace(msgspec.Struct, gc=False):
@@ -393,6 +407,54 @@ def _choose_rank(path: Path, meta_rank: int | None, rank: int | None,
     return 0, "default"
 
 
+# --- args, decoded where used ---------------------------------------------------------------
+
+_NO_COMMON, _NO_ARGS = _Common(), _Args()
+_COMMON_DECODER = msgspec.json.Decoder(_Common, strict=False)
+_ARGS_DECODER = msgspec.json.Decoder(_Args, strict=False)
+
+
+def _args_of(decoder: msgspec.json.Decoder, raw: msgspec.Raw, path: Path, empty: Any) -> Any:
+    """One event's args (absent or null: ``empty``); anything else that is not an object is an
+    error naming the file, as a typed decode of the whole file would have said."""
+    if not raw:
+        return empty
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        if bytes(raw).strip() == b"null":
+            return empty
+        raise TracekitError(f"not a Kineto trace (an event's args: {exc})", path) from None
+    except msgspec.DecodeError as exc:
+        try:  # NaN / Infinity / 1e400, which json.loads reads
+            return decoder.decode(msgspec.json.encode(json.loads(bytes(raw))))
+        except Exception:  # noqa: BLE001 - the first error stands
+            raise TracekitError(f"not valid JSON ({exc})", path) from None
+    except RecursionError:
+        raise TracekitError("not a Kineto trace (JSON nested too deeply)", path) from None
+
+
+def _common_args(xs: list[_Event], path: Path) -> list[_Common]:
+    """``_Common`` of every X event: one decode call each, the careful path only if one fails."""
+    decode = _COMMON_DECODER.decode
+    try:
+        return [decode(e.args) if e.args else _NO_COMMON for e in xs]
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return [_args_of(_COMMON_DECODER, e.args, path, _NO_COMMON) for e in xs]
+
+
+class _FullArgs:
+    """All read ``args`` keys of X event i (``_Args``), decoded on first use."""
+
+    def __init__(self, xs: list[_Event], path: Path) -> None:
+        self.xs, self.path, self.done = xs, path, {}
+
+    def __getitem__(self, i: int) -> _Args:
+        if i not in self.done:
+            self.done[i] = _args_of(_ARGS_DECODER, self.xs[i].args, self.path, _NO_ARGS)
+        return self.done[i]
+
+
 # --- columns -------------------------------------------------------------------------------
 
 
@@ -433,7 +495,7 @@ def _text_series(name: str, values: list) -> pl.Series:
                          dtype=pl.Utf8)
 
 
-def _base_frame(xs: list[_Event], args: list[_Args]) -> pl.DataFrame:
+def _base_frame(xs: list[_Event], args: list[_Common]) -> pl.DataFrame:
     """Raw columns of the X events, one comprehension each, in file order (column ``i``)."""
     return pl.DataFrame([
         pl.Series("i", range(len(xs)), dtype=pl.Int64),
@@ -450,7 +512,7 @@ def _base_frame(xs: list[_Event], args: list[_Args]) -> pl.DataFrame:
     ])
 
 
-def _params_frame(idx: list[int], args: list[_Args]) -> pl.DataFrame:
+def _params_frame(idx: list[int], args: _FullArgs) -> pl.DataFrame:
     """record_param_comms-style args of the rows that carry a ``Collective name``."""
     sub = [args[i] for i in idx]
     return pl.DataFrame([
@@ -466,7 +528,7 @@ def _params_frame(idx: list[int], args: list[_Args]) -> pl.DataFrame:
     ])
 
 
-def _calls_frame(rows: list[tuple[int, int, str | None]], args: list[_Args]) -> pl.DataFrame:
+def _calls_frame(rows: list[tuple[int, int, str | None]], args: _FullArgs) -> pl.DataFrame:
     """Bytes/dtype/peer of c10d and backend calls, read from their nested Input Dims."""
     sized = [coll.call_bytes(args[i].input_dims, args[i].input_type, k) for i, k, _ in rows]
     peers = [coll.concrete_int(args[i].concrete, coll.P2P_PEER_ARG)
@@ -479,10 +541,10 @@ def _calls_frame(rows: list[tuple[int, int, str | None]], args: list[_Args]) -> 
     ])
 
 
-def _thread_names(events: list[_Event]) -> pl.DataFrame:
+def _thread_names(events: list[_Event], path: Path) -> pl.DataFrame:
     """(pid, tid) -> every distinct thread_name metadata text, joined by " | " in file order."""
-    meta = [(e.pid, e.tid, e.args.name) for e in events
-            if e.ph == "M" and e.name == "thread_name" and e.args is not None]
+    meta = [(e.pid, e.tid, _args_of(_ARGS_DECODER, e.args, path, _NO_ARGS).name) for e in events
+            if e.ph == "M" and e.name == "thread_name" and e.args]
     frame = pl.DataFrame([
         _text_series("pid", [m[0] for m in meta]),
         _text_series("tid", [m[1] for m in meta]),
@@ -537,7 +599,7 @@ def _time_exprs(base_ns: int | None) -> list[pl.Expr]:
             (start + (dur * 1000).round().cast(pl.Int64)).alias("end_ns")]
 
 
-def _collective_columns(frame: pl.DataFrame, args: list[_Args], group_size: int | None,
+def _collective_columns(frame: pl.DataFrame, args: _FullArgs, group_size: int | None,
                         warnings: list[str]) -> pl.DataFrame:
     """``i`` plus op, bytes, dtype, group, group_size, group_ranks, peer of the collective rows.
 
@@ -579,16 +641,14 @@ def _collective_columns(frame: pl.DataFrame, args: list[_Args], group_size: int 
 
 
 def _events_frame(trace: _Trace, rank: int, base_ns: int | None, group_size: int | None,
-                  warnings: list[str]) -> pl.DataFrame:
+                  warnings: list[str], path: Path) -> pl.DataFrame:
     """The events table of one decoded trace, exactly EVENT_SCHEMA."""
     events = trace.traceEvents
     xs = [e for e in events if e.ph == "X"]
     if not xs:
         warnings.append("no complete (ph 'X') events")
         return empty_events()
-    empty = _Args()
-    args = [e.args or empty for e in xs]
-    frame = _drop_bad_times(_base_frame(xs, args), base_ns, warnings)
+    frame = _drop_bad_times(_base_frame(xs, _common_args(xs, path)), base_ns, warnings)
     is_gpu = pl.col("cat").is_in(GPU_CATS)
     frame = frame.with_columns(
         *_time_exprs(base_ns),
@@ -598,9 +658,9 @@ def _events_frame(trace: _Trace, rank: int, base_ns: int | None, group_size: int
         .alias("stream"),
         pl.lit(rank, dtype=pl.Int32).alias("rank"),
     )
-    frame = (frame.join(_thread_names(events), on=["pid", "tid"], how="left", maintain_order="left")
-             .join(_collective_columns(frame, args, group_size, warnings), on="i", how="left",
-                   maintain_order="left"))
+    frame = (frame.join(_thread_names(events, path), on=["pid", "tid"], how="left", maintain_order="left")
+             .join(_collective_columns(frame, _FullArgs(xs, path), group_size, warnings), on="i",
+                   how="left", maintain_order="left"))
     return frame.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
 
@@ -610,7 +670,7 @@ _DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: 
                  16: "ve", 17: "lazy", 18: "ipu", 19: "mtia", 20: "privateuseone"}
 
 
-def memory_peaks(events: list[_Event]) -> dict[str, int]:
+def memory_peaks(events: list[_Event], path: Path) -> dict[str, int]:
     """Device -> max ``Total Allocated`` over the ``[memory]`` instant events (``ph: "i"``).
 
     Keys are torch device names: "cpu", "cuda:0", ... On CPU the profiler's reporter counts only
@@ -618,7 +678,8 @@ def memory_peaks(events: list[_Event]) -> dict[str, int]:
     the profiled window (tensors that existed before it are not in it); on GPU it is the caching
     allocator's total allocated, everything included.
     """
-    mem = [e.args for e in events if e.ph == "i" and e.name == "[memory]" and e.args is not None]
+    mem = [_args_of(_ARGS_DECODER, e.args, path, _NO_ARGS) for e in events
+           if e.ph == "i" and e.name == "[memory]" and e.args]
     if not mem:
         return {}
     frame = pl.DataFrame([
@@ -656,12 +717,12 @@ def read_trace(path: Path, rank: int | None = None) -> tuple[TraceInfo, pl.DataF
     meta = _meta(trace, warnings)
     chosen, source = _choose_rank(path, meta.pop("rank"), rank, warnings)
     group_size = uniform_group_size(meta["pg_config"])
-    frame = _events_frame(trace, chosen, meta["base_ns"], group_size, warnings)
+    frame = _events_frame(trace, chosen, meta["base_ns"], group_size, warnings, path)
     info = TraceInfo(
         path=path, rank=chosen, rank_source=source, **meta,
         has_gpu=bool(frame["cat"].is_in(["kernel", "gpu_memcpy", "gpu_memset"]).any()),
         profiler_steps=_count_steps(frame), warnings=tuple(warnings),
-        memory_peak_bytes=memory_peaks(trace.traceEvents),
+        memory_peak_bytes=memory_peaks(trace.traceEvents, path),
     )
     return info, frame
 
@@ -803,19 +864,21 @@ def _idle_cpus() -> int:
 
 
 def _default_workers(paths: list[Path]) -> int:
-    """One per file up to the idle CPUs; none (parse here, one file at a time) for small inputs
-    or a busy machine.
+    """One per file up to the idle CPUs, given at least three; else none (parse here, one file
+    at a time), and none for small inputs.
 
-    A spawned worker costs ~0.7 CPU-s to start (a fresh interpreter importing polars, the time
-    to parse ~5 MB of gzipped trace) and its own copy of the libraries in memory, and its
-    results cross a pipe. Measured on a shared 2-core machine (benchmarks/README.md): with
-    the cores busy, two workers made 8 x 30 MB ranks take *longer* than parsing them here,
-    with 35 % more CPU and memory; they pay off only with idle cores to run on.
+    A spawned worker costs ~0.4 CPU-s to start (a fresh interpreter importing polars) and holds
+    its own libraries and one rank's parse in memory; results cross a pipe. Measured on a 2-core
+    machine (benchmarks/README.md), 8 x 30 MB ranks: two workers on idle cores took 4.5 s
+    instead of 5.2 s, for 20 % more CPU and 65 % more memory over the process tree (658 MB
+    instead of about 400); on busy cores they took longer. With three or more idle CPUs the
+    parse, the bulk of a cold analysis, divides among them.
     """
     total = sum(p.stat().st_size for p in paths if p.is_file())
-    if total < _POOL_MIN_BYTES:
+    idle = _idle_cpus()
+    if total < _POOL_MIN_BYTES or idle < _POOL_MIN_CPUS:
         return 1
-    return min(len(paths), _idle_cpus())
+    return min(len(paths), idle)
 
 
 def _spawn_can_start() -> bool:
