@@ -181,8 +181,11 @@ def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict
 
 
 def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] = (),
-          precisions: Iterable[str] = ("fp32",)) -> Context:
-    """Parse options, join the process group, agree on the run folder, write run.json (rank 0)."""
+          precisions: Iterable[str] = ("fp32",), splits_batch: bool = True) -> Context:
+    """Parse options, join the process group, agree on the run folder, write run.json (rank 0).
+
+    ``splits_batch``: the global batch is divided among the ranks (data parallel); pipelines
+    divide it into microbatches instead and check that themselves."""
     args = parse_args(strategy, argv, uses, precisions)
     capture.exit_on_first_sigterm()   # a stopped rank still writes its trace
     torch.set_num_threads(1)   # torchrun sets OMP_NUM_THREADS=1, but not every launcher does
@@ -191,7 +194,7 @@ def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] =
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if world_size % args.nodes:
         raise SystemExit(f"{strategy}: world size {world_size} does not divide by --nodes {args.nodes}")
-    if args.global_batch % world_size:
+    if splits_batch and args.global_batch % world_size:
         raise SystemExit(f"{strategy}: --global-batch {args.global_batch} does not divide by {world_size} ranks")
     device = torch.device("cpu")
     if args.device == "cuda":

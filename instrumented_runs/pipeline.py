@@ -326,6 +326,14 @@ class StageRunner:
 # --- setting up and finishing a pipeline run ------------------------------------------------------
 
 
+def check_layout(world_size: int, nodes: int) -> str | None:
+    """Why ``world_size`` stages do not fit the model (one block at least per stage), or None."""
+    blocks = GPTConfig().n_layers
+    if world_size > blocks:
+        return f"{world_size} pipeline stages but the model has only {blocks} blocks: use --nproc <= {blocks}"
+    return None
+
+
 def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]:
     """Stage of this rank, its runner and m; records the pipeline options in run.json."""
     p, cfg = ctx.world_size, ctx.model_config

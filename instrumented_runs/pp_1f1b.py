@@ -101,7 +101,7 @@ class OneFOneB:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("pp-1f1b", with_defaults(argv), uses={"microbatches"})
+    ctx = harness.start("pp-1f1b", with_defaults(argv), uses={"microbatches"}, splits_batch=False)
     stage, runner, m = setup(ctx, "1f1b")
     optimizer = make_optimizer(stage.parameters())
     sched = OneFOneB(runner, optimizer)

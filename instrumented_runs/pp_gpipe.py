@@ -84,7 +84,7 @@ class GPipe:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("pp-gpipe", with_defaults(argv), uses={"microbatches"})
+    ctx = harness.start("pp-gpipe", with_defaults(argv), uses={"microbatches"}, splits_batch=False)
     stage, runner, m = setup(ctx, "gpipe")
     optimizer = make_optimizer(stage.parameters())
     gpipe = GPipe(runner, optimizer)

@@ -196,7 +196,7 @@ def add_to_train_json(ctx: harness.Context, **extra: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("pp-pipedream", with_defaults(argv), uses={"microbatches"})
+    ctx = harness.start("pp-pipedream", with_defaults(argv), uses={"microbatches"}, splits_batch=False)
     stage, runner, m = setup(ctx, "pipedream")
     # one update per microbatch: the fused Adam kernel (a few ops per update, not a few per tensor)
     optimizer = torch.optim.Adam(stage.parameters(), lr=LR, betas=(0.9, 0.95), fused=True)

@@ -39,6 +39,9 @@ def _processes_mentioning(text: str) -> list[str]:
     (RunOptions("dp", nproc=200, nodes=100, emulate_network=True), "emulate"),   # too many emulated nodes
     (RunOptions("dp", precision="fp8"), "fp32 or bf16-mixed"),
     (RunOptions("dp", inter_node_bandwidth="fast"), "tc rate"),
+    (RunOptions("hsdp", nproc=2, nodes=1), "--nodes K >= 2"),        # layouts: refused before launch
+    (RunOptions("hsdp", nproc=2, nodes=2), "at least 2 ranks per node"),
+    (RunOptions("pp-gpipe", nproc=5), "only 4 blocks"),
 ])
 def test_bad_options(tmp_path: Path, opts: RunOptions, words: str) -> None:
     opts.out = tmp_path / "runs"

@@ -53,6 +53,13 @@ def one_f(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def one_f_odd(tmp_path_factory):
+    """p=3: the 64-sequence batch does not divide by 3 ranks, only into m=4 microbatches, and the
+    4 blocks split unevenly (1, 1, 2)."""
+    return _run(tmp_path_factory, "pp-1f1b", 3, 4, {})
+
+
+@pytest.fixture(scope="module")
 def analysed(gpipe, pipedream, one_f):
     return {name: analyze(run) for name, run in (("gpipe", gpipe), ("pipedream", pipedream), ("1f1b", one_f))}
 
@@ -68,7 +75,7 @@ def _losses(run: Path, rank: int) -> list[float]:
 # --- the reference implementations -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("which,nproc", [("gpipe", 4), ("one_f", 2)])
+@pytest.mark.parametrize("which,nproc", [("gpipe", 4), ("one_f", 2), ("one_f_odd", 3)])
 def test_losses_match_single_process(which, nproc, request):
     run = request.getfixturevalue(which)
     ref, _ = train_single(WARMUP + STEPS, batch_size=GLOBAL_BATCH)

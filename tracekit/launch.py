@@ -61,13 +61,27 @@ class StrategySpec:
     module: str
     uses: frozenset[str] = frozenset()
     precisions: frozenset[str] = frozenset({"fp32"})
+    # "module:function" (world_size, nodes) -> why the layout cannot run, or None: checked
+    # before launching, so a bad layout is one line and exit 2, not a failed run
+    layout: str | None = None
+
+    def layout_problem(self, world_size: int, nodes: int) -> str | None:
+        if self.layout is None:
+            return None
+        import importlib
+
+        module, function = self.layout.split(":")
+        return getattr(importlib.import_module(module), function)(world_size, nodes)
 
 
 STRATEGIES: dict[str, StrategySpec] = {
     "dp": StrategySpec("instrumented_runs.dp", precisions=frozenset({"fp32", "bf16-mixed"})),
-    "pp-gpipe": StrategySpec("instrumented_runs.pp_gpipe", uses=frozenset({"microbatches"})),
-    "pp-1f1b": StrategySpec("instrumented_runs.pp_1f1b", uses=frozenset({"microbatches"})),
-    "pp-pipedream": StrategySpec("instrumented_runs.pp_pipedream", uses=frozenset({"microbatches"})),
+    "pp-gpipe": StrategySpec("instrumented_runs.pp_gpipe", uses=frozenset({"microbatches"}),
+                             layout="instrumented_runs.pipeline:check_layout"),
+    "pp-1f1b": StrategySpec("instrumented_runs.pp_1f1b", uses=frozenset({"microbatches"}),
+                            layout="instrumented_runs.pipeline:check_layout"),
+    "pp-pipedream": StrategySpec("instrumented_runs.pp_pipedream", uses=frozenset({"microbatches"}),
+                                 layout="instrumented_runs.pipeline:check_layout"),
     "zero1": StrategySpec("instrumented_runs.zero1", precisions=frozenset({"fp32", "bf16-mixed"})),
     "zero2": StrategySpec("instrumented_runs.zero2", precisions=frozenset({"fp32", "bf16-mixed"})),
     "zero3": StrategySpec("instrumented_runs.zero3", uses=frozenset({"prefetch"}),
@@ -77,7 +91,7 @@ STRATEGIES: dict[str, StrategySpec] = {
     "fsdp": StrategySpec("instrumented_runs.fsdp", uses=frozenset({"prefetch"}),
                          precisions=frozenset({"fp32", "bf16-mixed"})),
     "hsdp": StrategySpec("instrumented_runs.hsdp", uses=frozenset({"prefetch"}),
-                         precisions=frozenset({"fp32", "bf16-mixed"})),
+                         precisions=frozenset({"fp32", "bf16-mixed"}), layout="instrumented_runs.hsdp:check_layout"),
 }
 
 
@@ -114,6 +128,9 @@ def validate(opts: RunOptions) -> StrategySpec:
         raise TracekitError("--nproc and --nodes must be at least 1")
     if opts.nproc % opts.nodes:
         raise TracekitError(f"--nproc {opts.nproc} does not divide by --nodes {opts.nodes}")
+    problem = spec.layout_problem(opts.nproc, opts.nodes)
+    if problem:
+        raise TracekitError(problem)
     if opts.steps < 1 or opts.warmup < 0:
         raise TracekitError("--steps must be at least 1 and --warmup at least 0")
     if opts.microbatches is not None and opts.microbatches < 1:
