@@ -9,6 +9,7 @@ set -u
 OUT=${OUT:-/tmp/gpu_check}
 RUNS=/tmp/gpu_runs
 mkdir -p "$OUT" "$RUNS"
+exec > >(tee "$OUT/gpu_check.log") 2>&1   # the whole log comes back, not only a tail
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
