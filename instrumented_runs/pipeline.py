@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -137,34 +137,14 @@ def _buffer(shape: tuple[int, ...], group: dist.ProcessGroup, device: torch.devi
     return torch.empty(shape, device="cpu" if _via_host(group) else device)
 
 
-def _recv(shape: tuple[int, ...], src: int, group: dist.ProcessGroup, device: torch.device) -> torch.Tensor:
-    buf = _buffer(shape, group, device)
-    dist.recv(buf, src=src, group=group)
-    return buf.to(device)
-
-
 def _isend(t: torch.Tensor, dst: int, group: dist.ProcessGroup) -> dist.Work:
     return dist.isend(t.contiguous().cpu() if _via_host(group) else t.contiguous(), dst=dst, group=group)
-
-
-def recv_activation(shape: tuple[int, ...], mb: int, src: int, group: dist.ProcessGroup,
-                    device: torch.device = torch.device("cpu")) -> torch.Tensor:
-    """Block until microbatch ``mb``'s activations arrive from upstream rank ``src``."""
-    with region(labels.p2p("recv", "act", mb, src)):
-        return _recv(shape, src, group, device)
 
 
 def send_activation(x: torch.Tensor, mb: int, dst: int, group: dist.ProcessGroup) -> dist.Work:
     """Start sending microbatch ``mb``'s activations to downstream rank ``dst``."""
     with region(labels.p2p("send", "act", mb, dst)):
         return _isend(x, dst, group)
-
-
-def recv_grad(shape: tuple[int, ...], mb: int, src: int, group: dist.ProcessGroup,
-              device: torch.device = torch.device("cpu")) -> torch.Tensor:
-    """Block until dL/d(output) of microbatch ``mb`` arrives from downstream rank ``src``."""
-    with region(labels.p2p("recv", "grad", mb, src)):
-        return _recv(shape, src, group, device)
 
 
 def send_grad(g: torch.Tensor, mb: int, dst: int, group: dist.ProcessGroup) -> dist.Work:
@@ -248,8 +228,8 @@ class StageRunner:
     def expect(self, what: str, mbs: Iterable[int]) -> None:
         """The microbatches whose activations (``"act"``, from upstream) or output gradients
         (``"grad"``, from downstream) this stage receives next, in this order; their receives are
-        posted ahead (:class:`PostedRecv`). Without an expectation a receive blocks, posted when
-        needed."""
+        posted ahead (:class:`PostedRecv`). Without an expectation a receive is posted when
+        needed and waited at once."""
         if (what == "act" and not self.stage.first) or (what == "grad" and not self.stage.last):
             self.expected[what].extend(mbs)
             self._post(what)
@@ -266,12 +246,11 @@ class StageRunner:
         message) inside the wait rather than after it; at most two receives are posted per
         direction, so 1F1B still holds p - s microbatches and not m."""
         src = self.prev if what == "act" else self.next
-        if not self.posted[what]:
-            return (recv_activation if what == "act" else recv_grad)(self.mb_shape, mb, src, self.group, self.device)
-        posted = self.posted[what].popleft()
-        if posted.mb != mb:     # gloo matches receives in posting order: mb would get another's data
-            raise RuntimeError(f"stage {self.s}: {what} of microbatch {mb} needed, {posted.mb} expected next")
         with region(labels.p2p("recv", what, mb, src)):
+            posted = (self.posted[what].popleft() if self.posted[what]
+                      else PostedRecv(mb, src, self.mb_shape, self.group, self.device))
+            if posted.mb != mb:     # gloo matches receives in posting order: mb would get another's data
+                raise RuntimeError(f"stage {self.s}: {what} of microbatch {mb} needed, {posted.mb} expected next")
             self._post(what)
             return posted.wait()
 
@@ -323,6 +302,17 @@ class StageRunner:
         return sum(self.losses.pop(j) for j in mbs) / len(mbs)
 
 
+def flush(runner: StageRunner, optimizer: torch.optim.Optimizer, before_optimizer: Callable[[], None]) -> float:
+    """The synchronous flush of GPipe and 1F1B: every send received, then one optimizer step
+    (``before_optimizer`` first: the memory count), then the step's loss to every rank."""
+    wait_sends(runner.sends)
+    before_optimizer()
+    with region(labels.OPTIMIZER):
+        optimizer.step()
+    loss = runner.step_loss(range(runner.m)) if runner.stage.last else 0.0
+    return broadcast_loss(loss, runner.last_rank, runner.group)
+
+
 # --- setting up and finishing a pipeline run ------------------------------------------------------
 
 
@@ -338,8 +328,9 @@ def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]
     """Stage of this rank, its runner and m; records the pipeline options in run.json."""
     p, cfg = ctx.world_size, ctx.model_config
     m = ctx.args.microbatches or 2 * p             # default: m = 2p
-    if p > cfg.n_layers:
-        raise SystemExit(f"{ctx.strategy}: {p} stages but the model has only {cfg.n_layers} blocks")
+    problem = check_layout(p, ctx.args.nodes)
+    if problem:
+        raise SystemExit(f"{ctx.strategy}: {problem}")
     if ctx.args.global_batch % m:
         raise SystemExit(f"{ctx.strategy}: --global-batch {ctx.args.global_batch} does not divide into {m} microbatches")
     stage = Stage(cfg, ctx.args.seed, dist.get_rank(ctx.group), p).to(ctx.device)

@@ -47,8 +47,8 @@ import torch
 
 from instrumented_runs import harness
 from instrumented_runs.model import make_optimizer
-from instrumented_runs.pipeline import (StageRunner, broadcast_loss, record_memory, setup,
-                                        split_microbatches, wait_sends, with_defaults)
+from instrumented_runs.pipeline import (StageRunner, flush, record_memory, setup,
+                                        split_microbatches, with_defaults)
 from tracekit import labels
 from tracekit.labels import region
 
@@ -91,11 +91,7 @@ class OneFOneB:
             for j in range(m - warmup, m):
                 r.backward(j)
             # phase: flush: every send received, then one synchronous optimizer step
-            wait_sends(r.sends)
-            self.before_optimizer()
-            with region(labels.OPTIMIZER):
-                self.optimizer.step()
-            loss = broadcast_loss(r.step_loss(range(m)) if r.stage.last else 0.0, r.last_rank, r.group)
+            loss = flush(r, self.optimizer, self.before_optimizer)
         r.end_step(k)
         return loss
 
