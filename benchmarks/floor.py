@@ -27,13 +27,13 @@ _decoder = _common = None
 
 
 def _structs() -> dict:
-    """_Args, _Event, _Trace exactly as kineto.py defines them (exec'd with msgspec only)."""
+    """_Common, _Event, _Trace exactly as kineto.py defines them (exec'd with msgspec only)."""
     import typing
 
     import msgspec
 
     tree = ast.parse(KINETO.read_text())
-    wanted = {"_Args", "_Common", "_Event", "_Trace", "_NO_RAW"}
+    wanted = {"_Common", "_Event", "_Trace", "_NO_RAW"}
     body = [n for n in tree.body
             if (isinstance(n, ast.ClassDef) and n.name in wanted)
             or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))]

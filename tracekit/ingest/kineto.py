@@ -137,16 +137,13 @@ _NO_RAW = msgspec.Raw(b"")
 
 
 class _Args(msgspec.Struct, gc=False):
-    """The ``args`` keys ingest reads; loose types because real traces vary."""
+    """The ``args`` keys ingest reads on the rows that need more than :class:`_Common`
+    (collective calls, thread names, memory events); loose types because real traces vary."""
 
     name: Any = None                        # thread_name metadata
-    stream: Any = None
-    correlation: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
-    coll_name: Any = msgspec.field(default=None, name="Collective name")
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
     dtype: Any = None
@@ -443,6 +440,10 @@ def _common_args(xs: list[_Event], path: Path) -> list[_Common]:
         return [_args_of(_COMMON_DECODER, e.args, path, _NO_COMMON) for e in xs]
 
 
+def _full_args(raw: msgspec.Raw, path: Path) -> _Args:
+    return _args_of(_ARGS_DECODER, raw, path, _NO_ARGS)
+
+
 class _FullArgs:
     """All read ``args`` keys of X event i (``_Args``), decoded on first use."""
 
@@ -451,7 +452,7 @@ class _FullArgs:
 
     def __getitem__(self, i: int) -> _Args:
         if i not in self.done:
-            self.done[i] = _args_of(_ARGS_DECODER, self.xs[i].args, self.path, _NO_ARGS)
+            self.done[i] = _full_args(self.xs[i].args, self.path)
         return self.done[i]
 
 
@@ -543,7 +544,7 @@ def _calls_frame(rows: list[tuple[int, int, str | None]], args: _FullArgs) -> pl
 
 def _thread_names(events: list[_Event], path: Path) -> pl.DataFrame:
     """(pid, tid) -> every distinct thread_name metadata text, joined by " | " in file order."""
-    meta = [(e.pid, e.tid, _args_of(_ARGS_DECODER, e.args, path, _NO_ARGS).name) for e in events
+    meta = [(e.pid, e.tid, _full_args(e.args, path).name) for e in events
             if e.ph == "M" and e.name == "thread_name" and e.args]
     frame = pl.DataFrame([
         _text_series("pid", [m[0] for m in meta]),
@@ -678,8 +679,7 @@ def memory_peaks(events: list[_Event], path: Path) -> dict[str, int]:
     the profiled window (tensors that existed before it are not in it); on GPU it is the caching
     allocator's total allocated, everything included.
     """
-    mem = [_args_of(_ARGS_DECODER, e.args, path, _NO_ARGS) for e in events
-           if e.ph == "i" and e.name == "[memory]" and e.args]
+    mem = [_full_args(e.args, path) for e in events if e.ph == "i" and e.name == "[memory]" and e.args]
     if not mem:
         return {}
     frame = pl.DataFrame([
