@@ -62,7 +62,8 @@ class StrategySpec:
     uses: frozenset[str] = frozenset()
     precisions: frozenset[str] = frozenset({"fp32"})
     # "module:function" (world_size, nodes) -> why the layout cannot run, or None: checked
-    # before launching, so a bad layout is one line and exit 2, not a failed run
+    # before launching, so a bad layout is one line and exit 2, not a failed run (a name, not
+    # the function: the strategy modules import torch, which `tracekit analyze` never needs)
     layout: str | None = None
 
     def layout_problem(self, world_size: int, nodes: int) -> str | None:
