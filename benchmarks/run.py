@@ -9,7 +9,11 @@ A100/NCCL trace, 78 MB of JSON; ``large`` = 8 ranks x 30 MB) and each round, in 
      benchmark's own venv (benchmarks/setup_hta_venv.sh; HTA is never a tracekit dependency)
   A' tracekit, warm: the same command again, its cache now filled
   F  the parse floor: read + gunzip + decode the same files and nothing else (floor.py),
-     msgspec into tracekit's typed structs and orjson, with the workers tracekit uses
+     msgspec into tracekit's typed structs, orjson, and tracekit's own C scanner (kscan),
+     with the worker processes tracekit uses
+
+tracekit's modules are byte-compiled first (``compileall``), as a pip install does: a
+machine with PYTHONDONTWRITEBYTECODE set would otherwise compile them from source on every run.
 
 Each is one subprocess measured over its whole process tree (measure.py): wall time, CPU
 (user+sys), peak RSS summed over the tree, sampled every 20 ms. The table reports medians over
@@ -89,6 +93,11 @@ def check_agreement(tk_out: Path, hta_stdout: str) -> dict:
             "agree": worst_idle <= 1.0 and worst_overlap <= 1.0}
 
 
+def compile_tracekit() -> None:
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "tracekit")], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def bench_case(case: str, rounds: int, hta: bool) -> dict:
     folder = inputs.build(case)
     files = sorted(folder.glob("*.json.gz"))
@@ -110,7 +119,7 @@ def bench_case(case: str, rounds: int, hta: bool) -> dict:
                 if agreement is None:
                     agreement = check_agreement(out, samples[-1]["stdout"])
             samples.append({"round": rnd, **run_tool("tracekit (warm cache)", tk, env)})
-            for parser in ("msgspec", "orjson"):
+            for parser in ("msgspec", "orjson", "kscan"):
                 samples.append({"round": rnd, **run_tool(f"floor ({parser})", floor + ["--parser", parser] + [str(f) for f in files], env)})
         clear_cache(folder, out)
     return {"case": case, "files": size["files"], "json_bytes": size["json_bytes"],
@@ -128,21 +137,22 @@ def medians(samples: list[dict]) -> dict[str, dict]:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| case | tool | wall s (median, min-max) | CPU s | peak RSS MB | peak PSS MB | HTA/tool wall | HTA/tool RSS | tool/floor wall | load |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | tool | wall s (median, min-max) | CPU s | peak RSS MB | peak PSS MB | HTA/tool wall | HTA/tool RSS "
+             "| tool/floor wall (msgspec) | tool/floor wall (kscan) | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         m = medians(res["samples"])
         hta = m.get("HTA")
-        floors = [v for k, v in m.items() if k.startswith("floor")]
-        floor = min(floors, key=lambda v: v["wall_s"]) if floors else None
+        floor, scan_floor = m.get("floor (msgspec)"), m.get("floor (kscan)")
         label = f"{res['case']} ({res['files']} x {res['json_bytes'] / res['files'] / 1e6:.1f} MB JSON)"
         for tool, v in m.items():
             ratio = f"{hta['wall_s'] / v['wall_s']:.1f}x" if hta and tool != "HTA" else ""
             mem = f"{hta['peak_rss'] / v['peak_rss']:.1f}x" if hta and tool != "HTA" else ""
-            vs_floor = f"{v['wall_s'] / floor['wall_s']:.2f}" if floor and not tool.startswith("floor") else ""
+            vs_floor, vs_scan = (f"{v['wall_s'] / f['wall_s']:.2f}" if f and not tool.startswith("floor") else ""
+                                 for f in (floor, scan_floor))
             lo, hi = v["wall_range"]
             lines.append(f"| {label} | {tool} | {v['wall_s']:.2f} ({lo:.2f}-{hi:.2f}) | {v['cpu_s']:.2f} | "
-                         f"{v['peak_rss'] / 2**20:.0f} | {v['peak_pss'] / 2**20:.0f} | {ratio} | {mem} | {vs_floor} | {v['load']:.1f} |")
+                         f"{v['peak_rss'] / 2**20:.0f} | {v['peak_pss'] / 2**20:.0f} | {ratio} | {mem} | {vs_floor} | {vs_scan} | {v['load']:.1f} |")
             label = ""
     return "\n".join(lines)
 
@@ -156,6 +166,7 @@ def main() -> None:
     a = ap.parse_args()
     if not a.no_hta:
         ensure_hta()
+    compile_tracekit()
     started = time.strftime("%Y%m%d-%H%M%S")
     results = [bench_case(c, a.rounds, not a.no_hta) for c in a.cases.split(",")]
     text = table(results)
@@ -167,7 +178,8 @@ def main() -> None:
             notes.append(f"{r['case']}: tracekit and HTA agree on all {ag['ranks']} ranks: idle within "
                          f"{ag['max_idle_diff_points']} points, comm/compute overlap within {ag['max_overlap_diff_points']} points")
         notes.append(f"{r['case']}: tracekit parsed with {r['workers']} worker process(es)"
-                     + (" (in-process)" if r["workers"] == 1 else "") + "; the floors used the same")
+                     + (f" (in-process, in up to {os.cpu_count()} threads: one per idle CPU)"
+                        if r["workers"] == 1 else "") + "; the floors used the same number of processes")
     report = text + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     print(report)
     a.results.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,8 @@ import polars as pl
 SUFFIX = ".events.parquet"
 FORMAT = 1          # bump when the layout of a cache entry changes
 _META = "tracekit.cache"
-_CODE = ("events.py", "runfolder.py", "cache.py", "ingest/kineto.py", "ingest/collectives.py")
+_CODE = ("events.py", "runfolder.py", "cache.py", "ingest/kineto.py", "ingest/collectives.py",
+         "ingest/_kscan.c")
 
 
 @functools.lru_cache(maxsize=1)

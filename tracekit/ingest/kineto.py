@@ -80,13 +80,14 @@ polars' thread pool runs); frames come back as Arrow IPC bytes, metadata as JSON
 """
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
 import stat
 import sys
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -100,6 +101,11 @@ from tracekit.errors import TracekitError
 from tracekit.events import EVENT_SCHEMA, empty_events
 from tracekit.ingest import collectives as coll
 from tracekit.runfolder import rank_from_filename
+
+try:
+    from tracekit.ingest import _kscan
+except ImportError:   # built without a C compiler: the msgspec path reads everything
+    _kscan = None
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
 COMM_KERNEL = r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel"
@@ -193,6 +199,7 @@ MAX_BYTES_ENV = "TRACEKIT_MAX_TRACE_BYTES"
 #: nccl_data.json.gz); the default limit leaves room for the analysis after it
 _MEMORY_PER_JSON_BYTE = 8
 _DEFLATE_MAX_RATIO = 1032
+_HINT_MAX_RATIO = 64          # trace JSON gzips 10-20x
 _SUFFIXES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
@@ -242,23 +249,31 @@ def _too_big(size: int, limit: int, why: str, path: Path, *, gz: bool = False,
         "analyse it on a machine with more memory", path)
 
 
-def _gunzip(raw: bytes, limit: int, why: str, path: Path) -> bytes:
-    """Decompress every gzip member, never producing more than ``limit`` bytes.
+_GUNZIP_CHUNK = 4 << 20
 
-    One ``decompress`` call per member with ``max_length = limit + 1``: bounded like a chunked
-    loop, but without copying the unconsumed input and joining chunks (a chunked loop took 2.5x
-    as long on a 30 MB trace).
+
+def _gunzip(raw: bytes, limit: int, why: str, path: Path, size_hint: int = 0) -> bytearray:
+    """Decompress every gzip member into one buffer, never producing more than ``limit`` bytes.
+
+    Output comes in chunks of 4 MB copied into a buffer sized by ``size_hint`` (the trailer's
+    stated size): zlib's own growing block list, joined at the end, touched every page twice
+    (2.5x the page faults; 30 -> 50 ms per 30 MB rank), and a loop of small chunks copies the
+    unconsumed input each time.
     """
-    parts, total = [], 0
-    buf = raw
+    out, pos, buf = bytearray(size_hint), 0, raw
     try:
-        while True:
+        while True:   # one gzip member per turn
             d = zlib.decompressobj(wbits=31)
-            part = d.decompress(buf, limit - total + 1)
-            total += len(part)
-            if total > limit:
-                raise _too_big(total, limit, why, path, gz=True, at_least=True)
-            parts.append(part)
+            while not d.eof:
+                part = d.decompress(buf, _GUNZIP_CHUNK)
+                buf = d.unconsumed_tail
+                if not part and not buf:
+                    break
+                end = pos + len(part)
+                if end > limit:
+                    raise _too_big(end, limit, why, path, gz=True, at_least=True)
+                out[pos:end] = part   # grows the buffer when the hint was short
+                pos = end
             if not d.eof:
                 raise TracekitError("truncated gzip file (it ends before its end marker)", path)
             buf = d.unused_data
@@ -266,10 +281,11 @@ def _gunzip(raw: bytes, limit: int, why: str, path: Path) -> bytes:
                 break
     except zlib.error as exc:
         raise TracekitError(f"corrupt gzip data ({exc})", path) from None
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    del out[pos:]
+    return out
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path) -> bytes | bytearray:
     """The file's JSON bytes (gunzipped when it starts with the gzip magic), refused before it
     is read when it is larger than :func:`max_trace_bytes` (for gzip: the size its trailer
     states, then the running output size)."""
@@ -285,6 +301,7 @@ def _read_bytes(path: Path) -> bytes:
                 raise TracekitError("not a regular file", path)
             head = f.read(2)
             gz = head == b"\x1f\x8b"
+            hint = 0
             if not gz and st.st_size > limit:
                 raise _too_big(st.st_size, limit, why, path)
             if gz and st.st_size > limit:
@@ -295,6 +312,8 @@ def _read_bytes(path: Path) -> bytes:
                 # trust it only if deflate could reach it (ratio <= 1032): a cut file ends in noise
                 if limit < stated <= _DEFLATE_MAX_RATIO * st.st_size:
                     raise _too_big(stated, limit, why, path, gz=True)
+                # the output buffer's first size; only a likely ratio, as a hint may be noise
+                hint = stated if stated <= min(limit, _HINT_MAX_RATIO * st.st_size) else 0
             f.seek(0)
             data = f.read()
         except OSError as exc:
@@ -303,7 +322,7 @@ def _read_bytes(path: Path) -> bytes:
         raise TracekitError("empty file", path)
     if not gz:
         return data
-    data = _gunzip(data, limit, why, path)
+    data = _gunzip(data, limit, why, path, hint)
     if not data:
         raise TracekitError("empty file (gzip of nothing)", path)
     return data
@@ -447,12 +466,12 @@ def _full_args(raw: msgspec.Raw, path: Path) -> _Args:
 class _FullArgs:
     """All read ``args`` keys of X event i (``_Args``), decoded on first use."""
 
-    def __init__(self, xs: list[_Event], path: Path) -> None:
-        self.xs, self.path, self.done = xs, path, {}
+    def __init__(self, raw_args: Callable[[int], bytes], path: Path) -> None:
+        self.raw_args, self.path, self.done = raw_args, path, {}
 
     def __getitem__(self, i: int) -> _Args:
         if i not in self.done:
-            self.done[i] = _full_args(self.xs[i].args, self.path)
+            self.done[i] = _full_args(self.raw_args(i), self.path)
         return self.done[i]
 
 
@@ -542,15 +561,13 @@ def _calls_frame(rows: list[tuple[int, int, str | None]], args: _FullArgs) -> pl
     ])
 
 
-def _thread_names(events: list[_Event], path: Path) -> pl.DataFrame:
-    """(pid, tid) -> every distinct thread_name metadata text, joined by " | " in file order."""
-    meta = [(e.pid, e.tid, _full_args(e.args, path).name) for e in events
-            if e.ph == "M" and e.name == "thread_name" and e.args]
-    frame = pl.DataFrame([
-        _text_series("pid", [m[0] for m in meta]),
-        _text_series("tid", [m[1] for m in meta]),
-        _series("thread_name", [m[2] for m in meta], pl.Utf8),
-    ])
+def _thread_names(threads: pl.DataFrame, raws: list[bytes], path: Path) -> pl.DataFrame:
+    """(pid, tid) -> every distinct thread_name metadata text, joined by " | " in file order.
+
+    ``threads``: pid, tid (text) of the ``thread_name`` metadata events; ``raws``: their args.
+    """
+    frame = threads.with_columns(
+        _series("thread_name", [_full_args(r, path).name for r in raws], pl.Utf8))
     return (frame.drop_nulls().group_by("pid", "tid", maintain_order=True)
             .agg(pl.col("thread_name").unique(maintain_order=True).str.join(" | ")))
 
@@ -573,6 +590,23 @@ def _kind_expr() -> pl.Expr:
         .when(cat.is_in(["cuda_runtime", "cuda_driver"])).then(pl.lit("runtime"))
         .otherwise(pl.lit("other"))
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _class_exprs() -> tuple[list[pl.Expr], ...]:
+    """Built once: making these expressions costs more Python time than running them on a
+    rank's few hundred distinct names."""
+    return ([_kind_expr().alias("kind")], [coll.family_expr().alias("family")],
+            [coll.op_expr().alias("op")], coll.arg_rule_exprs())
+
+
+def _classes(frame: pl.DataFrame) -> pl.DataFrame:
+    """kind, and the collective family / op / arg rules, of each distinct (cat, name,
+    coll_name): the string rules (regexes) run once per distinct name, not once per event."""
+    kind, family, op, rules = _class_exprs()
+    return (frame.lazy().select("cat", "name", "coll_name").unique()
+            .with_columns(kind).with_columns(family).with_columns(op).with_columns(rules)
+            .collect())
 
 
 def _drop_bad_times(frame: pl.DataFrame, base_ns: int | None,
@@ -604,14 +638,11 @@ def _collective_columns(frame: pl.DataFrame, args: _FullArgs, group_size: int | 
                         warnings: list[str]) -> pl.DataFrame:
     """``i`` plus op, bytes, dtype, group, group_size, group_ranks, peer of the collective rows.
 
-    Families and ops are found vectorised over all rows; everything after that runs on the few
-    rows that have a family (see the module docstring for the rules).
+    ``frame`` carries :func:`_classes`; everything here runs on the few rows that have a family
+    (see the module docstring for the rules).
     """
-    calls = (frame.lazy().select("i", "cat", "name", "kind", "coll_name")
-             .with_columns(coll.family_expr().alias("family"))
-             .filter(pl.col("family").is_not_null())
-             .with_columns(coll.op_expr().alias("op"))
-             .with_columns(coll.arg_rule_exprs()).collect())
+    calls = frame.filter(pl.col("family").is_not_null()).select(
+        "i", "cat", "name", "kind", "coll_name", "family", "op", "arg_index", "scale_n")
     params_idx = calls.filter(pl.col("family") == "params")["i"].to_list()
     params = (_params_frame(params_idx, args).join(calls.select("i", "op"), on="i", how="left")
               .with_columns(coll.params_exprs()).drop("op"))
@@ -641,26 +672,110 @@ def _collective_columns(frame: pl.DataFrame, args: _FullArgs, group_size: int | 
     )
 
 
-def _events_frame(trace: _Trace, rank: int, base_ns: int | None, group_size: int | None,
-                  warnings: list[str], path: Path) -> pl.DataFrame:
-    """The events table of one decoded trace, exactly EVENT_SCHEMA."""
+# --- the decoded trace: two paths, one result --------------------------------------------
+
+
+@dataclass
+class _Decoded:
+    """One trace as the rest of ingest reads it, from either decoding path."""
+
+    top: _Trace                         # distributedInfo, deviceProperties, ... (no events)
+    xframe: pl.DataFrame                # the X events' raw columns (_base_frame's), file order
+    raw_args: Callable[[int], bytes]    # X event i -> its args JSON (b"" when none)
+    threads: pl.DataFrame               # pid, tid (text) of thread_name metadata events
+    thread_args: list[bytes]            # ... and their args
+    memory_args: list[bytes]            # args of the [memory] instant events
+
+
+def _decoded_msgspec(data: bytes, path: Path) -> _Decoded:
+    """The general path: msgspec Structs, then one comprehension per column. Reads every
+    trace, and words every error."""
+    trace = _decode(data, path)
     events = trace.traceEvents
     xs = [e for e in events if e.ph == "X"]
-    if not xs:
+    meta = [e for e in events if e.ph == "M" and e.name == "thread_name" and e.args]
+    threads = pl.DataFrame([_text_series("pid", [e.pid for e in meta]),
+                            _text_series("tid", [e.tid for e in meta])])
+    memory = [e.args for e in events if e.ph == "i" and e.name == "[memory]" and e.args]
+    trace.traceEvents = []   # the frames hold what is needed; free the Structs early
+    return _Decoded(trace, _base_frame(xs, _common_args(xs, path)), lambda i: xs[i].args,
+                    threads, [e.args for e in meta], memory)
+
+
+class _ArrowColumns:
+    """The scanner's (arrow_schema, arrow_array) capsules, in the form polars imports."""
+
+    def __init__(self, capsules: tuple) -> None:
+        self.capsules = capsules
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple:
+        return self.capsules
+
+
+_TOP_FIELDS = ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name")
+
+
+def _decoded_fast(data: bytes, path: Path) -> _Decoded | None:
+    """The C scanner's path (tracekit/ingest/_kscan.c): columns without per-event Python
+    objects. None when the scanner is not built or declines the file (anything unusual:
+    the msgspec path then reads it, or says what is wrong)."""
+    if _kscan is None:
+        return None
+    scanned = _kscan.scan(data)
+    if scanned is None:
+        return None
+    _, strings, capsules, spans = scanned
+    try:
+        top = _Trace([], **{k: msgspec.json.decode(data[a:b]) for k, (a, b) in spans.items()})
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    text = pl.Series("text", strings, dtype=pl.Utf8)
+
+    def codes(column: str, *values: str) -> pl.Expr:   # several codes may spell one text
+        return pl.col(column).is_in([k for k, t in enumerate(strings) if t in values])
+
+    def texts(*columns: str) -> list[pl.Expr]:
+        return [pl.lit(text).gather(pl.col(c)).alias(c) for c in columns]
+
+    events = pl.DataFrame(_ArrowColumns(capsules))
+    xs = events.filter(codes("ph", "X"))
+    xframe = xs.select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), *texts("cat", "name", "pid", "tid"),
+        "ts", "dur", "stream_arg", "correlation", "external_id", *texts("coll_name"))
+    starts, ends = xs["args_start"].to_list(), xs["args_end"].to_list()
+    with_args = pl.col("args_end") > pl.col("args_start")
+    meta = events.filter(codes("ph", "M") & codes("name", "thread_name") & with_args)
+    memory = events.filter(codes("ph", "i") & codes("name", "[memory]") & with_args)
+    return _Decoded(
+        top, xframe, lambda i: data[starts[i]:ends[i]], meta.select(texts("pid", "tid")),
+        [data[a:b] for a, b in meta.select("args_start", "args_end").iter_rows()],
+        [data[a:b] for a, b in memory.select("args_start", "args_end").iter_rows()])
+
+
+def _decode_trace(data: bytes, path: Path) -> _Decoded:
+    return _decoded_fast(data, path) or _decoded_msgspec(data, path)
+
+
+def _events_frame(decoded: _Decoded, rank: int, base_ns: int | None, group_size: int | None,
+                  warnings: list[str], path: Path) -> pl.DataFrame:
+    """The events table of one decoded trace, exactly EVENT_SCHEMA."""
+    if not decoded.xframe.height:
         warnings.append("no complete (ph 'X') events")
         return empty_events()
-    frame = _drop_bad_times(_base_frame(xs, _common_args(xs, path)), base_ns, warnings)
+    frame = _drop_bad_times(decoded.xframe, base_ns, warnings)
     is_gpu = pl.col("cat").is_in(GPU_CATS)
-    frame = frame.with_columns(
+    frame = frame.join(_classes(frame), on=["cat", "name", "coll_name"], how="left",
+                       maintain_order="left", nulls_equal=True).with_columns(
         *_time_exprs(base_ns),
-        _kind_expr().alias("kind"),
         pl.when(is_gpu).then(pl.lit("gpu")).otherwise(pl.lit("cpu")).alias("device"),
         pl.when(is_gpu).then(pl.coalesce("stream_arg", pl.col("tid").cast(pl.Int64, strict=False)))
         .alias("stream"),
         pl.lit(rank, dtype=pl.Int32).alias("rank"),
     )
-    frame = (frame.join(_thread_names(events, path), on=["pid", "tid"], how="left", maintain_order="left")
-             .join(_collective_columns(frame, _FullArgs(xs, path), group_size, warnings), on="i",
+    threads = _thread_names(decoded.threads, decoded.thread_args, path)
+    full_args = _FullArgs(decoded.raw_args, path)
+    frame = (frame.join(threads, on=["pid", "tid"], how="left", maintain_order="left")
+             .join(_collective_columns(frame, full_args, group_size, warnings), on="i",
                    how="left", maintain_order="left"))
     return frame.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
@@ -671,7 +786,7 @@ _DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: 
                  16: "ve", 17: "lazy", 18: "ipu", 19: "mtia", 20: "privateuseone"}
 
 
-def memory_peaks(events: list[_Event], path: Path) -> dict[str, int]:
+def memory_peaks(raws: list[bytes], path: Path) -> dict[str, int]:
     """Device -> max ``Total Allocated`` over the ``[memory]`` instant events (``ph: "i"``).
 
     Keys are torch device names: "cpu", "cuda:0", ... On CPU the profiler's reporter counts only
@@ -679,7 +794,7 @@ def memory_peaks(events: list[_Event], path: Path) -> dict[str, int]:
     the profiled window (tensors that existed before it are not in it); on GPU it is the caching
     allocator's total allocated, everything included.
     """
-    mem = [_full_args(e.args, path) for e in events if e.ph == "i" and e.name == "[memory]" and e.args]
+    mem = [_full_args(r, path) for r in raws]
     if not mem:
         return {}
     frame = pl.DataFrame([
@@ -712,17 +827,20 @@ def read_trace(path: Path, rank: int | None = None) -> tuple[TraceInfo, pl.DataF
     TracekitError naming it.
     """
     path = Path(path)
-    trace = _decode(_read_bytes(path), path)
+    return _read_decoded(_decode_trace(_read_bytes(path), path), path, rank)
+
+
+def _read_decoded(decoded: _Decoded, path: Path, rank: int | None) -> tuple[TraceInfo, pl.DataFrame]:
     warnings: list[str] = []
-    meta = _meta(trace, warnings)
+    meta = _meta(decoded.top, warnings)
     chosen, source = _choose_rank(path, meta.pop("rank"), rank, warnings)
     group_size = uniform_group_size(meta["pg_config"])
-    frame = _events_frame(trace, chosen, meta["base_ns"], group_size, warnings, path)
+    frame = _events_frame(decoded, chosen, meta["base_ns"], group_size, warnings, path)
     info = TraceInfo(
         path=path, rank=chosen, rank_source=source, **meta,
         has_gpu=bool(frame["cat"].is_in(["kernel", "gpu_memcpy", "gpu_memset"]).any()),
         profiler_steps=_count_steps(frame), warnings=tuple(warnings),
-        memory_peak_bytes=memory_peaks(trace.traceEvents, path),
+        memory_peak_bytes=memory_peaks(decoded.memory_args, path),
     )
     return info, frame
 
@@ -890,6 +1008,21 @@ def _spawn_can_start() -> bool:
     return main_path is None or os.path.isfile(main_path)
 
 
+def _parse_here(paths: list[Path], threads: int, cache_dir: Path | None,
+                store: bool) -> list[tuple[TraceInfo, pl.DataFrame]]:
+    """Parse in this process, ``threads`` files at a time.
+
+    Threads pay off because the heavy parts release the GIL: gunzip, the C scan and polars.
+    Memory holds the JSON of ``threads`` ranks at a time, results come back in file order.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as writer, \
+            ThreadPoolExecutor(max(threads, 1), thread_name_prefix="tracekit-parse") as pool:
+        return list(pool.map(lambda p: _parse_one(p, cache_dir, store, writer if store else None),
+                             paths))
+
+
 def _parse_all(paths: list[Path], workers: int, cache_dir: Path | None = None,
                store: bool = False) -> list[tuple[TraceInfo, pl.DataFrame]]:
     """Parse each file in a spawned worker (fork is unsafe once polars' threads run).
@@ -899,10 +1032,7 @@ def _parse_all(paths: list[Path], workers: int, cache_dir: Path | None = None,
     time: memory is bounded by ``workers`` ranks of JSON, not the job's.
     """
     if workers <= 1 or not _spawn_can_start():
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as writer:
-            return [_parse_one(p, cache_dir, store, writer if store else None) for p in paths]
+        return _parse_here(paths, min(len(paths), _idle_cpus()), cache_dir, store)
     ctx = multiprocessing.get_context("spawn")
     out = []
     try:
