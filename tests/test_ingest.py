@@ -320,6 +320,20 @@ def test_damaged_gzip(tmp_path: Path) -> None:
     expect_error(write(tmp_path / "bad.json.gz", bytes(bad)), "gzip")
 
 
+def test_gzip_members_and_trailer_sizes(tmp_path: Path) -> None:
+    """Several gzip members are one file; the output buffer's first size comes from the last
+    member's trailer, so a trailer that understates or overstates the size must not matter."""
+    text = gzip.decompress(CPU_ONLY.read_bytes())
+    _, want = read_trace(write(tmp_path / "whole.rank1.json", text))
+    half = len(text) // 2
+    two = gzip.compress(text[:half]) + gzip.compress(text[half:])   # trailer: the second half only
+    _, got = read_trace(write(tmp_path / "two.rank1.json.gz", two))
+    assert got.equals(want)
+    big = bytearray(gzip.compress(text))
+    big[-4:] = (len(text) * 3).to_bytes(4, "little")    # overstated: gzip checks ISIZE itself
+    expect_error(write(tmp_path / "lying.rank1.json.gz", bytes(big)), "gzip")
+
+
 def test_damaged_json(tmp_path: Path) -> None:
     text = json.dumps(small_trace()).encode()
     expect_error(write(tmp_path / "cut.json", text[: len(text) // 2]), "not valid JSON")

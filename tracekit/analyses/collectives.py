@@ -239,10 +239,14 @@ def raw_collectives(
 
 
 def collectives_table(
-    events: pl.DataFrame, windows: pl.DataFrame, group_sizes: dict[int, int], sources: Any = None
+    events: pl.DataFrame, windows: pl.DataFrame, group_sizes: dict[int, int], sources: Any = None,
+    raw: tuple[pl.DataFrame, list[str]] | None = None,
 ) -> tuple[pl.DataFrame, list[str]]:
-    """Every collective instance that starts inside its rank's window, with factor and duration."""
-    table, warnings = raw_collectives(events, group_sizes, sources)
+    """Every collective instance that starts inside its rank's window, with factor and duration.
+
+    ``raw``: :func:`raw_collectives` of these events and sources, when the caller has it.
+    """
+    table, warnings = raw if raw is not None else raw_collectives(events, group_sizes, sources)
     table = (
         table.join(windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")), on="rank")
         .filter((pl.col("start_ns") >= pl.col("w0")) & (pl.col("start_ns") < pl.col("w1")))

@@ -38,12 +38,17 @@ Parsed = tuple[TraceInfo, pl.DataFrame]
 
 
 def _facts(info: TraceInfo, frame: pl.DataFrame) -> dict[str, Any]:
-    """Time range (ns) and process id of one file's events."""
-    cpu = frame.filter((pl.col("device") == "cpu") & pl.col("pid").str.contains(r"^\d+$"))
-    pid = cpu["pid"].mode().sort()[0] if cpu.height else None
+    """Time range (ns) of one file's events, and its host."""
     lo, hi = (frame["start_ns"].min(), frame["end_ns"].max()) if frame.height else (None, None)
-    return {"start": lo, "end": hi, "pid": pid, "host": info.host_name,
+    return {"start": lo, "end": hi, "host": info.host_name,
             "clock": (info.host_name, info.base_ns is not None)}
+
+
+def _pid(frame: pl.DataFrame) -> str | None:
+    """The process id most CPU events carry (asked only of ranks several files claim: a
+    string scan over every event)."""
+    cpu = frame.filter((pl.col("device") == "cpu") & pl.col("pid").str.contains(r"^\d+$"))
+    return cpu["pid"].mode().sort()[0] if cpu.height else None
 
 
 def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -87,6 +92,8 @@ def _one_rank(rank: int, items: list[tuple[TraceInfo, pl.DataFrame, dict]]) -> t
                 raise TracekitError(
                     f"rank {rank} is claimed by {a_info.path} and {b_info.path} at the same time "
                     "(their time ranges overlap): keep one of them", b_info.path)
+    for _, frame, f in items:
+        f["pid"] = _pid(frame)
     processes = {(f["host"], f["pid"]) for _, _, f in items}
     if len(processes) > 1:
         (a_info, _, a), (b_info, _, b) = items[0], items[-1]
