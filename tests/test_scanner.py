@@ -90,6 +90,10 @@ SAME = {
                                                                           "correlation": 1.5,
                                                                           "External id": [1]}),
         event(args={"Collective name": 3}), event(ph=None), event(args=None), event(ph=7)),
+    "rows not read, with numbers parsed late": (
+        b'{"traceEvents": [{"ph": "f", "ts": 0.12345678901234567890123, "dur": 1e300},'
+        b'{"ph": "X", "name": "a", "ts": 5, "dur": 1}, {"ph": "s", "ts": 1e-400},'
+        b'{"ph": "X", "name": "b", "ts": 0.98765432109876543210, "dur": 2}]}'),
     "missing fields": trace_bytes({"ph": "X"}, {"name": "x", "ts": 1, "dur": 1}, {}),
     "no X events": trace_bytes({"ph": "M", "name": "process_name", "args": {"name": "p"}}),
     "empty": b'{"traceEvents": []}',

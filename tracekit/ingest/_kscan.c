@@ -16,7 +16,7 @@
  * a file the msgspec path refuses.
  *
  * scan(data: bytes | bytearray) -> None | (n, strings, (arrow_schema, arrow_array), top)
- *   n        number of events in traceEvents (every ph, file order)
+ *   n        number of rows: the events of traceEvents whose ph is X, M or i, in file order
  *   strings  list of str; strings[0] is None (the code of a missing or null field)
  *   columns  PyCapsules of one Arrow struct array with n rows (polars: pl.DataFrame of an
  *            object whose __arrow_c_array__ returns them):
@@ -551,6 +551,15 @@ static int grow_rows(Scan *s) {
     return OK;
 }
 
+/* Rows ingest reads: complete events (X), metadata (M: thread names) and instants (i: memory).
+ * The rest (flows, counters, async spans: a third of a GPU trace) are validated and dropped. */
+static int wanted_ph(const Scan *s, uint32_t code) {
+    if (code == 0) return 0;
+    const Entry *e = &s->texts[code - 1];
+    if (e->escaped) return 1;   /* spelled with escapes: let the caller read the text */
+    return e->len == 1 && !e->number && (e->s[0] == 'X' || e->s[0] == 'M' || e->s[0] == 'i');
+}
+
 static int scan_event(Scan *s) {
     if (*s->p != '{') return DECLINE;
     if (s->n == s->cap) TRY(grow_rows(s));
@@ -581,6 +590,10 @@ static int scan_event(Scan *s) {
         }
         else TRY(skip_value(s, 1));
         TRY(next_member(s, &more));
+    }
+    if (!wanted_ph(s, s->ph[r])) {   /* the row is reused by the next event */
+        s->n--;
+        while (s->n_deferred && s->deferred[s->n_deferred - 1].row == r) s->n_deferred--;
     }
     return OK;
 }
