@@ -94,6 +94,9 @@ SAME = {
         b'{"traceEvents": [{"ph": "f", "ts": 0.12345678901234567890123, "dur": 1e300},'
         b'{"ph": "X", "name": "a", "ts": 5, "dur": 1}, {"ph": "s", "ts": 1e-400},'
         b'{"ph": "X", "name": "b", "ts": 0.98765432109876543210, "dur": 2}]}'),
+    "a late number in a column that grows after it": trace_bytes(
+        event(ts=0.12345678901234567890123, dur=1.00000000000000000000001),
+        *[event(ts=float(k), dur=1.0) for k in range(9000)]),
     "missing fields": trace_bytes({"ph": "X"}, {"name": "x", "ts": 1, "dur": 1}, {}),
     "no X events": trace_bytes({"ph": "M", "name": "process_name", "args": {"name": "p"}}),
     "empty": b'{"traceEvents": []}',

@@ -52,8 +52,8 @@ typedef struct {
 
 typedef struct {              /* a number the fast path could not convert exactly */
     const unsigned char *b, *e;
-    double *column;
-    size_t row;
+    int dur;                  /* which column: ts (0) or dur (1); not a pointer, since the */
+    size_t row;               /* columns move when they grow */
 } Deferred;
 
 typedef struct {
@@ -297,7 +297,7 @@ static int fast_double(const unsigned char *b, double *out) {
 }
 
 /* With the GIL: a deferred number; non-finite results decline. */
-static int slow_double(const Deferred *d) {
+static int slow_double(const Scan *s, const Deferred *d) {
     char buf[400];
     size_t n = (size_t)(d->e - d->b);
     if (n >= sizeof buf) return DECLINE;
@@ -307,7 +307,7 @@ static int slow_double(const Deferred *d) {
     double v = PyOS_string_to_double(buf, &end, NULL);
     if (v == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return DECLINE; }
     if (end != buf + n || !isfinite(v)) return DECLINE;
-    d->column[d->row] = v;
+    (d->dur ? s->dur : s->ts)[d->row] = v;
     return OK;
 }
 
@@ -452,8 +452,8 @@ static int id_value(Scan *s, uint32_t *code) {
 
 /* ts / dur: a number; NaN when null or not a number. Integers must be exact doubles (|v| <=
  * 2^53: microsecond timestamps until the year 2255). */
-static int time_value(Scan *s, double *column, size_t row) {
-    double *out = &column[row];
+static int time_value(Scan *s, int dur, size_t row) {
+    double *out = &(dur ? s->dur : s->ts)[row];
     unsigned char c = *s->p;
     if (is_bool(s)) return DECLINE;
     if (c != '-' && !(c >= '0' && c <= '9')) { *out = NAN; return skip_value(s, 2); }
@@ -461,7 +461,7 @@ static int time_value(Scan *s, double *column, size_t row) {
     TRY(number_tok(s, &b, &e, &is_int));
     if (!is_int) {
         if (fast_double(b, out)) return OK;
-        Deferred d = {b, e, column, row};
+        Deferred d = {b, e, dur, row};
         return append((void **)&s->deferred, &s->n_deferred, &s->deferred_cap, sizeof d, &d);
     }
     int64_t v;
@@ -581,8 +581,8 @@ static int scan_event(Scan *s) {
         else if (KEY("name")) { TRY(once(&seen, 4)); TRY(text_value(s, &s->name[r])); }
         else if (KEY("pid")) { TRY(once(&seen, 8)); TRY(id_value(s, &s->pid[r])); }
         else if (KEY("tid")) { TRY(once(&seen, 16)); TRY(id_value(s, &s->tid[r])); }
-        else if (KEY("ts")) { TRY(once(&seen, 32)); TRY(time_value(s, s->ts, r)); }
-        else if (KEY("dur")) { TRY(once(&seen, 64)); TRY(time_value(s, s->dur, r)); }
+        else if (KEY("ts")) { TRY(once(&seen, 32)); TRY(time_value(s, 0, r)); }
+        else if (KEY("dur")) { TRY(once(&seen, 64)); TRY(time_value(s, 1, r)); }
         else if (KEY("args")) {
             TRY(once(&seen, 128));
             if (*s->p == '{') TRY(scan_args(s, r));
@@ -814,7 +814,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *arg) {
     if (r == OK && s.n > UINT32_MAX) r = DECLINE;
     if (r == OK && s.n == 0) r = grow_rows(&s);   /* Arrow buffers are never NULL */
     Py_END_ALLOW_THREADS
-    for (size_t k = 0; r == OK && k < s.n_deferred; k++) r = slow_double(&s.deferred[k]);
+    for (size_t k = 0; r == OK && k < s.n_deferred; k++) r = slow_double(&s, &s.deferred[k]);
     if (r != OK) {
         release(&s);
         if (r == NOMEM) return PyErr_NoMemory();

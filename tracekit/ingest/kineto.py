@@ -634,15 +634,13 @@ def _time_exprs(base_ns: int | None) -> list[pl.Expr]:
             (start + (dur * 1000).round().cast(pl.Int64)).alias("end_ns")]
 
 
-def _collective_columns(frame: pl.DataFrame, args: _FullArgs, group_size: int | None,
+def _collective_columns(calls: pl.DataFrame, args: _FullArgs, group_size: int | None,
                         warnings: list[str]) -> pl.DataFrame:
     """``i`` plus op, bytes, dtype, group, group_size, group_ranks, peer of the collective rows.
 
-    ``frame`` carries :func:`_classes`; everything here runs on the few rows that have a family
-    (see the module docstring for the rules).
+    ``calls``: the rows that have a family, with :func:`_classes`' columns; everything here
+    runs on them alone (see the module docstring for the rules).
     """
-    calls = frame.filter(pl.col("family").is_not_null()).select(
-        "i", "cat", "name", "kind", "coll_name", "family", "op", "arg_index", "scale_n")
     params_idx = calls.filter(pl.col("family") == "params")["i"].to_list()
     params = (_params_frame(params_idx, args).join(calls.select("i", "op"), on="i", how="left")
               .with_columns(coll.params_exprs()).drop("op"))
@@ -772,11 +770,12 @@ def _events_frame(decoded: _Decoded, rank: int, base_ns: int | None, group_size:
         .alias("stream"),
         pl.lit(rank, dtype=pl.Int32).alias("rank"),
     )
+    calls = frame.filter(pl.col("family").is_not_null()).select(
+        "i", "cat", "name", "kind", "coll_name", "family", "op", "arg_index", "scale_n")
+    collective = _collective_columns(calls, _FullArgs(decoded.raw_args, path), group_size, warnings)
     threads = _thread_names(decoded.threads, decoded.thread_args, path)
-    full_args = _FullArgs(decoded.raw_args, path)
     frame = (frame.join(threads, on=["pid", "tid"], how="left", maintain_order="left")
-             .join(_collective_columns(frame, full_args, group_size, warnings), on="i",
-                   how="left", maintain_order="left"))
+             .join(collective, on="i", how="left", maintain_order="left"))
     return frame.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
 
