@@ -11,6 +11,7 @@ import math
 import os
 import shutil
 import tempfile
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -110,7 +111,15 @@ def analyze(
     ``align_clocks``: None aligns rank clocks when the traces come from several hosts, True
     always, False never (offsets are reported in summary ``clock`` either way; tracekit.clock).
     """
-    path = Path(path)
+    # cache entries are written while the analysis runs, and are all on disk when it returns
+    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer:
+        return _analyze(Path(path), ranks_per_node, ranks, workers, align_clocks, sample, cache,
+                        cache_dir, cache_writer)
+
+
+def _analyze(path: Path, ranks_per_node: int | None, ranks: Sequence[int] | None,
+             workers: int | None, align_clocks: bool | None, sample: int | None,
+             cache: bool | None, cache_dir: Path | None, cache_writer: Executor) -> Analysis:
     run = runfolder.load_run_json(path) if runfolder.is_folder(path) else None
     found = runfolder.find_trace_files(path)
     if not found and run is not None:
@@ -120,7 +129,8 @@ def analyze(
         raise TracekitError("no Kineto trace files (*.json, *.json.gz) found", path)
     selection = _select_ranks(found, ranks, sample, cache_dir)
     files = selection.files
-    infos, events = (read_traces(files, workers=workers, cache=cache, cache_dir=cache_dir)
+    infos, events = (read_traces(files, workers=workers, cache=cache, cache_dir=cache_dir,
+                                 cache_writer=cache_writer)
                      if files else ([], events_empty()))
     if ranks or selection.sampled is not None:
         keep = set(selection.sampled if selection.sampled is not None else ranks)

@@ -88,7 +88,8 @@ import stat
 import sys
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import ExitStack
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1007,23 +1008,25 @@ def _spawn_can_start() -> bool:
     return main_path is None or os.path.isfile(main_path)
 
 
-def _parse_here(paths: list[Path], threads: int, cache_dir: Path | None,
-                store: bool) -> list[tuple[TraceInfo, pl.DataFrame]]:
+def _parse_here(paths: list[Path], threads: int, cache_dir: Path | None, store: bool,
+                writer: Executor | None = None) -> list[tuple[TraceInfo, pl.DataFrame]]:
     """Parse in this process, ``threads`` files at a time.
 
     Threads pay off because the heavy parts release the GIL: gunzip, the C scan and polars.
     Memory holds the JSON of ``threads`` ranks at a time, results come back in file order.
+    Cache entries are written by ``writer`` (left running: its owner waits for it), else by a
+    writer thread of our own that we wait for.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as writer, \
-            ThreadPoolExecutor(max(threads, 1), thread_name_prefix="tracekit-parse") as pool:
+    with ExitStack() as stack:
+        if store and writer is None:
+            writer = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache"))
+        pool = stack.enter_context(ThreadPoolExecutor(max(threads, 1), thread_name_prefix="tracekit-parse"))
         return list(pool.map(lambda p: _parse_one(p, cache_dir, store, writer if store else None),
                              paths))
 
 
 def _parse_all(paths: list[Path], workers: int, cache_dir: Path | None = None,
-               store: bool = False) -> list[tuple[TraceInfo, pl.DataFrame]]:
+               store: bool = False, writer: Executor | None = None) -> list[tuple[TraceInfo, pl.DataFrame]]:
     """Parse each file in a spawned worker (fork is unsafe once polars' threads run).
 
     Results are collected as they come (``imap``-style, one file per task), so the parent
@@ -1031,7 +1034,7 @@ def _parse_all(paths: list[Path], workers: int, cache_dir: Path | None = None,
     time: memory is bounded by ``workers`` ranks of JSON, not the job's.
     """
     if workers <= 1 or not _spawn_can_start():
-        return _parse_here(paths, min(len(paths), _idle_cpus()), cache_dir, store)
+        return _parse_here(paths, min(len(paths), _idle_cpus()), cache_dir, store, writer)
     ctx = multiprocessing.get_context("spawn")
     out = []
     try:
@@ -1060,8 +1063,8 @@ def _check_ranks(infos: list[TraceInfo]) -> None:
 
 
 def read_traces(paths: Sequence[Path], workers: int | None = None, *,
-                cache: bool | None = False,
-                cache_dir: Path | None = None) -> tuple[list[TraceInfo], pl.DataFrame]:
+                cache: bool | None = False, cache_dir: Path | None = None,
+                cache_writer: Executor | None = None) -> tuple[list[TraceInfo], pl.DataFrame]:
     """Read several ranks' traces in parallel: infos sorted by rank, one events frame.
 
     ``workers``: worker processes, one file per task; default one per file up to the usable
@@ -1072,7 +1075,8 @@ def read_traces(paths: Sequence[Path], workers: int | None = None, *,
 
     ``cache`` (tracekit.cache): False ignores it; None reads matching entries (beside each
     trace, or in ``cache_dir``) and parses the rest; True also writes an entry for every file
-    it had to parse.
+    it had to parse: in the background when ``cache_writer`` (an executor its owner waits for)
+    is given, else before returning.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -1089,7 +1093,8 @@ def read_traces(paths: Sequence[Path], workers: int | None = None, *,
     if todo:
         if workers is None:
             workers = _default_workers(todo)
-        parsed_now = _parse_all(todo, min(workers, len(todo)), cache_dir, store=cache is True)
+        parsed_now = _parse_all(todo, min(workers, len(todo)), cache_dir, store=cache is True,
+                                writer=cache_writer)
         hits.update(zip(todo, parsed_now))
     parsed = [hits[p] for p in paths]
     _check_ranks([info for info, _ in parsed])
