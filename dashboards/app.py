@@ -14,12 +14,16 @@ The run is chosen by ``?run=<path relative to ROOT>``; the dropdown rewrites the
 view can be bookmarked. Safety: ``?run=`` is resolved against ROOT and refused (a plain
 message, nothing of the target shown) when it is absolute, has ``..``, or leads out of ROOT
 through a symlink, itself or anywhere inside the run. The app reads traces only through
-tracekit.analyze, never serves files (Dash's own assets aside), never unpickles, and shows
-trace strings as text components (React escapes them; no dangerously_allow_html anywhere).
-Analyses are cached in memory, a few runs, keyed by path and the files' mtimes.
+tracekit.analyze, never serves files (Dash's own assets and plotly.js aside), never unpickles,
+and shows trace strings as text components (React escapes them; no dangerously_allow_html
+anywhere). Analyses are cached in memory, a few runs, keyed by path and the files' mtimes; a
+run's figures are built on first use, each once.
 """
 from __future__ import annotations
 
+import functools
+import html as html_text
+import json
 import math
 import os
 import sys
@@ -29,10 +33,12 @@ import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import plotly.io as pio
+import polars as pl
 from dash import Dash, Input, Output, State, dcc, html, no_update
+from flask import Response
 
 from tracekit import figures as F
 from tracekit import report as R
@@ -207,6 +213,29 @@ def _memo(entry: _Entry, name: str, build) -> Any:
         return entry.memo[name]
 
 
+# One builder per figure, named as F.figures_for names them. A page builds only the figures it
+# shows, each on first use: the first visit to /timeline of a big run waits for the timeline
+# alone, not for every figure of the run.
+FIGURES: dict[str, Callable[[Any], Any]] = {
+    "breakdown": lambda a: F.breakdown(a.summary),
+    "timeline": lambda a: F.timeline_overview(F.frame(a, "timeline"), bubbles=F.frame(a, "bubbles")),
+    "pipeline": lambda a: F.pipeline_schedule(a.summary, F.frame(a, "pipeline_ops"), F.frame(a, "bubbles"),
+                                              F.frame(a, "pipeline_replay")),
+    "pipeline_stages": lambda a: F.pipeline_stages(a.summary),
+    "overlap": lambda a: F.overlap_layers(a.summary, F.frame(a, "overlap_units")),
+    "memory": lambda a: F.memory(a.summary),
+    "traffic_split": lambda a: F.traffic_split(a.summary),
+    "traffic_matrix": lambda a: F.traffic_matrix(a.summary),
+    "collective_bandwidth": lambda a: F.collective_bandwidth(a.summary),
+    "collective_time": lambda a: F.collective_time(a.summary),
+}
+
+
+def _figure(entry: _Entry, name: str) -> Any:
+    """The run's figure NAME (None where the run has no such data), built once."""
+    return _memo(entry, f"figure:{name}", lambda: FIGURES[name](entry.analysis))
+
+
 # ---------------------------------------------------------------- small components
 
 def _runs_from_search(search: str | None) -> list[str]:
@@ -287,11 +316,10 @@ def _page_index(runs: Runs, rel: str | None, entry: _Entry | None) -> list:
     if entry is None:
         return kids
     a = entry.analysis
-    figs = _memo(entry, "figures", lambda: F.figures_for(a))
     kids += [
         _run_header(rel, a),
         _table(R.rank_table(a.summary), "rank-table"),
-        _fig_or_nodata(figs["breakdown"], "breakdown", "fig-breakdown"),
+        _fig_or_nodata(_figure(entry, "breakdown"), "breakdown", "fig-breakdown"),
         _table(R.collectives_table(a.summary)),
         _table(_memo(entry, "top_events", lambda: R.top_events(a.events)), "top-events"),
     ]
@@ -300,7 +328,7 @@ def _page_index(runs: Runs, rel: str | None, entry: _Entry | None) -> list:
 
 def _page_timeline(rel: str, entry: _Entry) -> list:
     a = entry.analysis
-    fig = _memo(entry, "figures", lambda: F.figures_for(a))["timeline"]
+    fig = _figure(entry, "timeline")
     if fig is None:
         return [_run_header(rel, a), _nodata(F.NO_DATA["timeline"])]
     meta = fig.layout.meta or {}
@@ -313,14 +341,14 @@ def _page_timeline(rel: str, entry: _Entry) -> list:
 
 def _page_pipeline(rel: str, entry: _Entry) -> list:
     a = entry.analysis
-    figs = _memo(entry, "figures", lambda: F.figures_for(a))
+    schedule, stages = _figure(entry, "pipeline"), _figure(entry, "pipeline_stages")
     kids = [_run_header(rel, a)]
-    if figs["pipeline"] is None and figs["pipeline_stages"] is None:
+    if schedule is None and stages is None:
         return kids + [_nodata(F.NO_DATA["pipeline"])]
-    if figs["pipeline"] is not None:
-        kids.append(_graph(figs["pipeline"], "fig-pipeline"))
-    if figs["pipeline_stages"] is not None:
-        kids.append(_graph(figs["pipeline_stages"], "fig-pipeline-stages"))
+    if schedule is not None:
+        kids.append(_graph(schedule, "fig-pipeline"))
+    if stages is not None:
+        kids.append(_graph(stages, "fig-pipeline-stages"))
     t = R.pipeline_table(a.summary)
     if t:
         kids.append(_table(t))
@@ -329,13 +357,13 @@ def _page_pipeline(rel: str, entry: _Entry) -> list:
 
 def _page_overlap(rel: str, entry: _Entry) -> list:
     a = entry.analysis
-    figs = _memo(entry, "figures", lambda: F.figures_for(a))
+    overlap = _figure(entry, "overlap")
     kids = [_run_header(rel, a), html.H3("all-gather / reduce-scatter overlap with compute"),
-            _fig_or_nodata(figs["overlap"], "overlap", "fig-overlap")]
+            _fig_or_nodata(overlap, "overlap", "fig-overlap")]
     t = R.overlap_table(a.summary)
-    if t and figs["overlap"] is not None:
+    if t and overlap is not None:
         kids.append(_table(t))
-    kids += [html.H3("memory"), _fig_or_nodata(figs["memory"], "memory", "fig-memory")]
+    kids += [html.H3("memory"), _fig_or_nodata(_figure(entry, "memory"), "memory", "fig-memory")]
     t = R.memory_table(a.summary)
     if t:
         kids.append(_table(t))
@@ -344,19 +372,19 @@ def _page_overlap(rel: str, entry: _Entry) -> list:
 
 def _page_traffic(rel: str, entry: _Entry) -> list:
     a = entry.analysis
-    figs = _memo(entry, "figures", lambda: F.figures_for(a))
+    split = _figure(entry, "traffic_split")
     kids = [_run_header(rel, a), html.H3("traffic")]
-    if figs["traffic_split"] is None:
+    if split is None:
         kids.append(_nodata(F.NO_DATA["traffic_split"]))
     else:
-        kids += [_graph(figs["traffic_split"], "fig-traffic-split"),
-                 _fig_or_nodata(figs["traffic_matrix"], "traffic_matrix", "fig-traffic-matrix")]
+        kids += [_graph(split, "fig-traffic-split"),
+                 _fig_or_nodata(_figure(entry, "traffic_matrix"), "traffic_matrix", "fig-traffic-matrix")]
         t = R.traffic_table(a.summary)
         if t:
             kids.append(_table(t))
     kids += [html.H3("collectives"),
-             _fig_or_nodata(figs["collective_bandwidth"], "collective_bandwidth", "fig-bandwidth"),
-             _fig_or_nodata(figs["collective_time"], "collective_time", "fig-collective-time"),
+             _fig_or_nodata(_figure(entry, "collective_bandwidth"), "collective_bandwidth", "fig-bandwidth"),
+             _fig_or_nodata(_figure(entry, "collective_time"), "collective_time", "fig-collective-time"),
              _table(R.collectives_table(a.summary))]
     return kids
 
@@ -383,6 +411,62 @@ def _page_compare(runs: Runs, chosen: list[str]) -> list:
 
 # ---------------------------------------------------------------- the app
 
+# plotly.js, first load. dcc.Graph fetches plotly.js (4.8 MB) only when the first graph mounts,
+# after the page callback has answered, and a fresh browser context then spends ~1.5 s of its
+# main thread compiling it function by function (~0.2 s once cached): most of a first visit on
+# a 2-core machine, whatever the run. So:
+# - the app serves the same file with V8's compile hint ``//# allFunctionsCalledOnLoad`` (plotly.js
+#   runs nearly all of its modules on load): Chromium compiles it on a background thread as it
+#   arrives, which leaves ~0.8 s on the main thread (other browsers ignore the comment);
+# - the index preloads it, and the first callback request starts it (once the request is out),
+#   so it runs while the server builds the page;
+# - until it has run, window.Plotly is a promise: dcc.Graph's loader,
+#   ``Promise.resolve(window.Plotly || load())``, waits for it instead of loading plotly.js again.
+_COMPILE_HINT = "//# allFunctionsCalledOnLoad\n"
+_RENDERER = """var renderer = new DashRenderer({request_pre: function () { setTimeout(tracekitPlotly, 0); }});
+function tracekitPlotly() {
+    if (window.Plotly) { return; }
+    var script = document.createElement("script");
+    script.src = %s;
+    script.async = true;
+    window.Plotly = new Promise(function (resolve, reject) {
+        script.onload = resolve;
+        script.onerror = function (e) { window.Plotly = undefined; reject(e); };
+    });
+    document.head.appendChild(script);
+}"""
+
+
+@functools.cache
+def _plotly_js() -> bytes:
+    from plotly.offline import get_plotlyjs
+
+    return (_COMPILE_HINT + get_plotlyjs()).encode()
+
+
+def _load_plotly_early(app: Dash) -> None:
+    from plotly.offline import get_plotlyjs_version
+
+    name = f"_tracekit/plotly-{get_plotlyjs_version()}.min.js"  # versioned: cached for good
+    url = app.config.requests_pathname_prefix + name
+
+    @app.server.route(app.config.routes_pathname_prefix + name)
+    def plotly_js() -> Response:
+        return Response(_plotly_js(), mimetype="application/javascript",
+                        headers={"Cache-Control": "public, max-age=31536000, immutable"})
+
+    app.index_string = app.index_string.replace(
+        "{%css%}", '{%css%}\n        <link rel="preload" as="script" href="' + html_text.escape(url) + '">', 1)
+    app.renderer = _RENDERER % json.dumps(url)
+
+
+def _warm_figures() -> None:
+    """Build and serialize a tiny timeline: plotly creates its figure classes and loads its
+    template on first use (~0.2 s), which the first visitor's page would wait for otherwise."""
+    tiny = pl.DataFrame({"rank": [0], "start_ns": [0], "end_ns": [1], "state": ["compute"]})
+    pio.to_json(F.timeline_overview(tiny), validate=False)
+
+
 def _x_window(relayout: Mapping[str, Any]) -> tuple[float, float] | None:
     if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
         return float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])
@@ -401,14 +485,15 @@ def _y_window(relayout: Mapping[str, Any]) -> tuple[float, float] | None:
     return None
 
 
-def detail_figure(analysis: Any, relayout: Mapping[str, Any]) -> tuple[Any, str] | None:
-    """The timeline figure for a relayout event (zoom: detail; autorange: overview), with its info line."""
+def detail_figure(analysis: Any, relayout: Mapping[str, Any], overview: Any = None) -> tuple[Any, str] | None:
+    """The timeline figure for a relayout event (zoom: detail; autorange: ``overview``, built
+    if not given), with its info line."""
     tl = F.frame(analysis, "timeline")
     if tl is None or tl.height == 0:
         return None
     bubbles = F.frame(analysis, "bubbles")
     if relayout.get("xaxis.autorange"):
-        fig = F.timeline_overview(tl, bubbles=bubbles)
+        fig = overview if overview is not None else F.timeline_overview(tl, bubbles=bubbles)
         meta = fig.layout.meta
         return fig, (f"overview: {meta['segments']:,} spans in {meta['bins']} bins of {F.fmt_s(meta['bin_s'])} "
                      "per rank; drag to zoom")
@@ -450,6 +535,8 @@ def create_app(root: Path | str, *, analyses: Mapping[str, Any] | None = None,
         assets_folder=str(Path(__file__).with_name("assets")), serve_locally=True,
     )
     app.tracekit_runs = runs  # for tests and embedding
+    _load_plotly_early(app)
+    _warm_figures()
     app.layout = html.Div([
         dcc.Location(id="url", refresh=False),
         html.Header([html.Span("tracekit", className="brand"), html.Nav(id="nav", children=_nav(""))]),
@@ -532,7 +619,9 @@ def create_app(root: Path | str, *, analyses: Mapping[str, Any] | None = None,
             entry = runs.entry(chosen[0])
         except (Refused, TracekitError):
             return no_update, no_update
-        out = detail_figure(entry.analysis, relayout)
+        # going back shows the page's own overview, built once
+        overview = _figure(entry, "timeline") if relayout.get("xaxis.autorange") else None
+        out = detail_figure(entry.analysis, relayout, overview)
         if out is None:
             return no_update, no_update
         return out

@@ -68,14 +68,18 @@ def _sample_runs(root: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(root):
-    from werkzeug.serving import make_server
-
+def dash_app(root):
     from dashboards.app import create_app
 
-    app = create_app(root, analyses={"synthetic-gpipe": synthetic_analysis(),
-                                     "synthetic-64x1M": big_analysis(64, 1_000_000)}, cache_size=16)
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    return create_app(root, analyses={"synthetic-gpipe": synthetic_analysis(),
+                                      "synthetic-64x1M": big_analysis(64, 1_000_000)}, cache_size=16)
+
+
+@pytest.fixture(scope="module")
+def server(dash_app):
+    from werkzeug.serving import make_server
+
+    srv = make_server("127.0.0.1", 0, dash_app.server, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{srv.server_port}"
@@ -248,13 +252,19 @@ def _first_draw_ms(page, url: str, timeout: float = 120_000) -> tuple[float, flo
 
 
 def _zoom(page, x0: float, x1: float, want: str, timeout: float = 60_000) -> tuple[float, str]:
+    return _relayout(page, {"xaxis.range": [x0, x1]}, want, timeout)
+
+
+def _relayout(page, update: dict, want: str, timeout: float = 60_000) -> tuple[float, str]:
+    """(ms from the relayout to the timeline drawn anew, its info line)."""
     t0 = page.evaluate("() => performance.now()")
-    page.evaluate("([a, b]) => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'),"
-                  " {'xaxis.range': [a, b]})", [x0, x1])
+    page.evaluate("(u) => Plotly.relayout(document.querySelector('#timeline-graph .js-plotly-plot'), u)", update)
     page.wait_for_function(f"() => document.querySelector('#timeline-info').innerText.startsWith('{want}')",
                            timeout=timeout)
     if want == "detail":
         page.wait_for_selector("#timeline-graph g.trace.bars path", timeout=timeout)
+    if want == "overview":  # from a detail view: no heatmap until the overview is drawn
+        page.wait_for_selector("#timeline-graph .heatmaplayer g.hm image", timeout=timeout)
     t1 = page.evaluate("() => performance.now()")
     return t1 - t0, page.locator("#timeline-info").inner_text()
 
@@ -294,23 +304,89 @@ def test_timeline_zoom_by_dragging_real_trace(page, server):
     _shot(page, "timeline-trace_filter-dragged")
 
 
-def test_timeline_64_ranks_1m_events(page, server):
+def _payload_kb(info: str) -> float:
+    """The callback payload a zoom's info line reports ("... (payload 226 KB)")."""
+    return float(info.split("payload ")[1].split(" KB")[0])
+
+
+def _fetches(page, pattern: str) -> list[dict]:
+    """The page's requests whose URL matches the regex PATTERN: start and end times (ms)."""
+    return page.evaluate("(p) => performance.getEntriesByType('resource').filter(e => new RegExp(p).test(e.name))"
+                         ".map(e => ({start: e.startTime, end: e.responseEnd}))", pattern)
+
+
+def test_timeline_64_ranks_1m_events(browser, page, server, dash_app):
+    """Issue #8 at 64 ranks and 1,000,000 events: first draw under 2 s, zoom to detail under 1 s,
+    callback payloads under 2 MB. The asserted bounds leave a margin for a shared 2-core machine;
+    MEASURED has the numbers."""
+    entry = dash_app.tracekit_runs.preloaded["synthetic-64x1M"]
+    spans = entry.analysis.timeline.height
     url = server + "/timeline?run=synthetic-64x1M"
+    assert not entry.memo  # nothing built for this run yet: the first visit builds its figure
+    # a browser already running, as a user's is (the first page after launch pays ~0.5 s more
+    # for starting the browser's own processes); another context, so page's stays cold
+    other = browser.new_context()
+    other.new_page().goto(server + "/_dash-layout")
+    other.close()
+    # cold: the run's figure not built, and a fresh browser context (plotly.js not compiled yet)
     cold, _ = _first_draw_ms(page, url, timeout=180_000)
+    plotly_js, callbacks = _fetches(page, r"plotly[^/]*[.]js"), _fetches(page, "_dash-update-component")
+    # plotly.js loads once, while the page callback runs (not after it, as dcc.Graph would)
+    assert len(plotly_js) == 1 and plotly_js[0]["start"] < callbacks[0]["end"]
     nav, draw = _first_draw_ms(page, url)
+    with entry.lock:  # the run cold again in a warm browser: a returning user's first visit of a run
+        entry.memo.clear()
+    first, _ = _first_draw_ms(page, url)
     MEASURED["64-rank 1M-event timeline: navigation to drawn heatmap, cold (figures built)"] = f"{cold:.0f} ms"
+    MEASURED["64-rank 1M-event timeline: navigation to drawn heatmap, figures built, browser warm"] = f"{first:.0f} ms"
     MEASURED["64-rank 1M-event timeline: navigation to drawn heatmap, warm"] = f"{nav:.0f} ms"
     MEASURED["64-rank 1M-event timeline: Plotly draw of the figure"] = f"{draw:.0f} ms"
-    assert draw < 5000
+    # issue #8's target: first draw under 2 s. A fresh browser context first compiles plotly.js
+    # (4.8 MB): 1-1.5 s of its main thread, whatever the run, so "cold" gets the widest margin
+    assert cold < 4500
+    assert first < 2500
+    assert nav < 2000
+    assert draw < 1000
     _shot(page, "timeline-64x1M-overview")
     wide_ms, wide = _zoom(page, 0.1, 0.5, "binned")
     MEASURED["64-rank zoom to a wide window (binned)"] = f"{wide_ms:.0f} ms ({wide})"
+    in_window = int(wide.split("binned: ")[1].split(" spans")[0].replace(",", ""))
+    assert 0 < in_window < spans  # the window's spans, not the run's
+    assert wide_ms < 2500 and _payload_kb(wide) < 2048  # ~1.5 MB: 64 lanes x 1,562 bins
     detail_ms, info = _zoom(page, 0.2, 0.2004, "detail")
     MEASURED["64-rank zoom to detail bars"] = f"{detail_ms:.0f} ms ({info})"
-    kb = float(info.split("payload ")[1].split(" KB")[0])
-    assert kb < 2048
+    assert detail_ms < 1500 and _payload_kb(info) < 2048  # target 1 s
     assert _count(page, "#timeline-graph g.trace.bars path") > 100
     _shot(page, "timeline-64x1M-detail")
+    back_ms, _ = _relayout(page, {"xaxis.autorange": True, "yaxis.autorange": True}, "overview")
+    MEASURED["64-rank back to the overview (double-click)"] = f"{back_ms:.0f} ms"
+    assert back_ms < 2500
+
+
+def test_pages_build_what_figures_for_builds():
+    """The app builds each figure on its own (FIGURES); the same figures as F.figures_for."""
+    from dashboards.app import FIGURES
+    from tracekit import figures as F
+
+    a = synthetic_analysis()
+    every = F.figures_for(a)
+    assert set(FIGURES) == set(every)
+    for name, build in FIGURES.items():
+        fig = build(a)
+        assert (fig is None) == (every[name] is None), name
+        assert fig is None or fig.to_json() == every[name].to_json(), name
+
+
+def test_plotly_js_is_plotly_with_the_compile_hint(server):
+    from plotly.offline import get_plotlyjs
+
+    with urllib.request.urlopen(server + "/timeline", timeout=30) as r:
+        index = r.read().decode()
+    href = index.split('<link rel="preload" as="script" href="')[1].split('"')[0]
+    assert f"script.src = \"{href}\"" in index  # the script the first callback starts
+    with urllib.request.urlopen(server + href, timeout=30) as r:
+        assert "immutable" in r.headers["Cache-Control"]
+        assert r.read().decode() == "//# allFunctionsCalledOnLoad\n" + get_plotlyjs()
 
 
 # ---------------------------------------------------------------- safety
