@@ -1,11 +1,19 @@
 """Read Kineto (torch.profiler) Chrome-trace files into the events table (tracekit.events).
 
 Why it looks like this: parse speed is a product feature (HTA needs ~0.8 CPU-s per 10 MB rank).
-A file is gunzipped once, decoded by msgspec straight into typed Structs that declare only the
-fields used (unknown keys are skipped without building dicts; each event's ``args`` stays raw
-JSON, and only the four keys every row may need are decoded for all rows), turned into columns
-by one list comprehension per field, and classified with vectorised polars expressions. Only the
-few rows that are collective calls, thread names or memory events decode their full args.
+A file is gunzipped once into one buffer and read by one of two paths that give the same result:
+
+- the C scanner (``_kscan.c``, built at install): one pass over the bytes straight into Arrow
+  columns that polars takes over without copying, texts interned once each, no Python object
+  per event, the GIL released (ranks scan in parallel threads); each event's ``args`` is kept
+  as a byte range and only four keys are read from it. It declines anything it is not certain
+  to read exactly like the msgspec path (tests/test_scanner.py holds it to that);
+- msgspec (the fallback, and the judge of what a bad file is): typed Structs that declare only
+  the fields used, ``args`` raw, one list comprehension per column.
+
+Both hand over the X events' columns, which are classified with vectorised polars expressions
+(the string rules once per distinct name). Only the few rows that are collective calls, thread
+names or memory events decode their full args.
 
 Rows: one per ``ph == "X"`` event. Events with a missing, negative or NaN ``dur`` or a
 non-numeric ``ts`` are dropped (one warning line counts them), and so are events whose times
@@ -75,8 +83,9 @@ Ranks: ``distributedInfo.rank``, else the ``rank`` argument, else ``rank<N>``/``
 ``rank_<N>`` in the file name (runfolder.rank_from_filename; never other digits), else 0 with
 a warning. :func:`read_traces` refuses a defaulted rank when given several files; several
 files of one rank go to tracekit.ingest.foreign (latest profiling cycle, or an error). It
-parses files in spawned worker processes (fork is unsafe once
-polars' thread pool runs); frames come back as Arrow IPC bytes, metadata as JSON.
+parses files in threads of this process, one per idle CPU, or, with three idle CPUs or more
+and over 16 MiB of trace, in spawned worker processes (fork is unsafe once polars' thread pool
+runs) whose frames come back as Arrow IPC bytes, metadata as JSON.
 """
 from __future__ import annotations
 
