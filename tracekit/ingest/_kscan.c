@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <stddef.h>
 
 #define MAX_DEPTH 200
 #define NULL_I64 INT64_MIN
@@ -501,6 +502,16 @@ static int object_key(Scan *s, const unsigned char **k, uint32_t *kl) {
     return OK;
 }
 
+/* At an object's '{': past it, and *more = 0 when the object is empty. */
+static int object_open(Scan *s, int *more) {
+    if (*s->p != '{') return DECLINE;
+    s->p++;
+    ws(s);
+    *more = *s->p != '}';
+    if (!*more) s->p++;
+    return OK;
+}
+
 /* After a member: 1 if another follows, 0 at the closing brace. */
 static int next_member(Scan *s, int *more) {
     ws(s);
@@ -512,28 +523,6 @@ static int next_member(Scan *s, int *more) {
 static int once(unsigned *seen, unsigned bit) {
     if (*seen & bit) return DECLINE;   /* a duplicate key: which one wins is the careful path's call */
     *seen |= bit;
-    return OK;
-}
-
-static int scan_args(Scan *s, size_t row) {
-    const unsigned char *open = s->p;
-    unsigned seen = 0;
-    int more = 1;
-    s->p++;
-    ws(s);
-    if (*s->p == '}') s->p++, more = 0;
-    while (more) {
-        const unsigned char *k; uint32_t kl;
-        TRY(object_key(s, &k, &kl));
-        if (KEY("stream")) { TRY(once(&seen, 1)); TRY(int_value(s, &s->stream[row])); }
-        else if (KEY("correlation")) { TRY(once(&seen, 2)); TRY(int_value(s, &s->corr[row])); }
-        else if (KEY("External id")) { TRY(once(&seen, 4)); TRY(int_value(s, &s->ext[row])); }
-        else if (KEY("Collective name")) { TRY(once(&seen, 8)); TRY(text_value(s, &s->coll[row])); }
-        else TRY(skip_value(s, 2));
-        TRY(next_member(s, &more));
-    }
-    s->a0[row] = open - s->base;
-    s->a1[row] = s->p - s->base;
     return OK;
 }
 
@@ -551,6 +540,72 @@ static int grow_rows(Scan *s) {
     return OK;
 }
 
+/* The keys read from an object, and where each value goes. The order of a table is the bit of
+ * its key in the duplicate check. */
+typedef enum { F_TEXT, F_ID, F_TIME, F_INT, F_ARGS } FieldKind;
+typedef struct {
+    const char *key;
+    uint32_t len;
+    FieldKind kind;
+    size_t column;   /* offsetof(Scan, the column) */
+} Field;
+
+#define FIELD(k, kind, col) {k, sizeof(k) - 1, kind, offsetof(Scan, col)}
+#define COLUMN(T, s, f) (*(T **)((char *)(s) + (f)->column))
+
+static const Field EVENT_FIELDS[] = {
+    FIELD("ph", F_TEXT, ph), FIELD("cat", F_TEXT, cat), FIELD("name", F_TEXT, name),
+    FIELD("pid", F_ID, pid), FIELD("tid", F_ID, tid), FIELD("ts", F_TIME, ts),
+    FIELD("dur", F_TIME, dur), FIELD("args", F_ARGS, a0),
+};
+static const Field ARG_FIELDS[] = {
+    FIELD("stream", F_INT, stream), FIELD("correlation", F_INT, corr),
+    FIELD("External id", F_INT, ext), FIELD("Collective name", F_TEXT, coll),
+};
+
+static int scan_members(Scan *s, const Field *fields, int n_fields, size_t row, int depth);
+
+static int scan_args(Scan *s, size_t row) {
+    const unsigned char *open = s->p;
+    TRY(scan_members(s, ARG_FIELDS, sizeof ARG_FIELDS / sizeof *ARG_FIELDS, row, 2));
+    s->a0[row] = open - s->base;
+    s->a1[row] = s->p - s->base;
+    return OK;
+}
+
+static int field_value(Scan *s, const Field *f, size_t row) {
+    switch (f->kind) {
+    case F_TEXT: return text_value(s, &COLUMN(uint32_t, s, f)[row]);
+    case F_ID: return id_value(s, &COLUMN(uint32_t, s, f)[row]);
+    case F_TIME: return time_value(s, f->column == offsetof(Scan, dur), row);
+    case F_INT: return int_value(s, &COLUMN(int64_t, s, f)[row]);
+    case F_ARGS:   /* args of another type than object or null: the careful path says */
+        return *s->p == '{' ? scan_args(s, row) : literal(s, "null", 4);
+    }
+    return DECLINE;
+}
+
+/* An object whose keys in ``fields`` fill row ``row``; other members are validated, skipped. */
+static int scan_members(Scan *s, const Field *fields, int n_fields, size_t row, int depth) {
+    unsigned seen = 0;
+    int more;
+    TRY(object_open(s, &more));
+    while (more) {
+        const unsigned char *k; uint32_t kl;
+        TRY(object_key(s, &k, &kl));
+        int f = 0;
+        while (f < n_fields && !(kl == fields[f].len && memcmp(k, fields[f].key, kl) == 0)) f++;
+        if (f < n_fields) {
+            TRY(once(&seen, 1u << f));
+            TRY(field_value(s, &fields[f], row));
+        } else {
+            TRY(skip_value(s, depth));
+        }
+        TRY(next_member(s, &more));
+    }
+    return OK;
+}
+
 /* Rows ingest reads: complete events (X), metadata (M: thread names) and instants (i: memory).
  * The rest (flows, counters, async spans: a third of a GPU trace) are validated and dropped. */
 static int wanted_ph(const Scan *s, uint32_t code) {
@@ -561,36 +616,13 @@ static int wanted_ph(const Scan *s, uint32_t code) {
 }
 
 static int scan_event(Scan *s) {
-    if (*s->p != '{') return DECLINE;
     if (s->n == s->cap) TRY(grow_rows(s));
     size_t r = s->n++;
     s->ph[r] = s->cat[r] = s->name[r] = s->pid[r] = s->tid[r] = s->coll[r] = 0;
     s->ts[r] = s->dur[r] = NAN;
     s->stream[r] = s->corr[r] = s->ext[r] = NULL_I64;
     s->a0[r] = s->a1[r] = 0;
-    unsigned seen = 0;
-    int more = 1;
-    s->p++;
-    ws(s);
-    if (*s->p == '}') s->p++, more = 0;
-    while (more) {
-        const unsigned char *k; uint32_t kl;
-        TRY(object_key(s, &k, &kl));
-        if (KEY("ph")) { TRY(once(&seen, 1)); TRY(text_value(s, &s->ph[r])); }
-        else if (KEY("cat")) { TRY(once(&seen, 2)); TRY(text_value(s, &s->cat[r])); }
-        else if (KEY("name")) { TRY(once(&seen, 4)); TRY(text_value(s, &s->name[r])); }
-        else if (KEY("pid")) { TRY(once(&seen, 8)); TRY(id_value(s, &s->pid[r])); }
-        else if (KEY("tid")) { TRY(once(&seen, 16)); TRY(id_value(s, &s->tid[r])); }
-        else if (KEY("ts")) { TRY(once(&seen, 32)); TRY(time_value(s, 0, r)); }
-        else if (KEY("dur")) { TRY(once(&seen, 64)); TRY(time_value(s, 1, r)); }
-        else if (KEY("args")) {
-            TRY(once(&seen, 128));
-            if (*s->p == '{') TRY(scan_args(s, r));
-            else TRY(literal(s, "null", 4));   /* args of another type: the careful path says */
-        }
-        else TRY(skip_value(s, 1));
-        TRY(next_member(s, &more));
-    }
+    TRY(scan_members(s, EVENT_FIELDS, sizeof EVENT_FIELDS / sizeof *EVENT_FIELDS, r, 1));
     if (!wanted_ph(s, s->ph[r])) {   /* the row is reused by the next event */
         s->n--;
         while (s->n_deferred && s->deferred[s->n_deferred - 1].row == r) s->n_deferred--;
@@ -615,12 +647,9 @@ static int scan_events(Scan *s) {
 
 static int scan_top(Scan *s) {
     unsigned seen = 0;
-    int more = 1;
+    int more;
     ws(s);
-    if (*s->p != '{') return DECLINE;
-    s->p++;
-    ws(s);
-    if (*s->p == '}') return DECLINE;   /* no traceEvents */
+    TRY(object_open(s, &more));
     while (more) {
         const unsigned char *k; uint32_t kl;
         TRY(object_key(s, &k, &kl));
