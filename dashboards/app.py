@@ -415,9 +415,14 @@ def _page_compare(runs: Runs, chosen: list[str]) -> list:
 # after the page callback has answered, and a fresh browser context then spends ~1.5 s of its
 # main thread compiling it function by function (~0.2 s once cached): most of a first visit on
 # a 2-core machine, whatever the run. So:
-# - the app serves the same file with V8's compile hint ``//# allFunctionsCalledOnLoad`` (plotly.js
+# - the app serves plotly.js's cartesian bundle (1.5 MB: bar, scatter, heatmap and a few more,
+#   every trace type tracekit.figures draws; a third of the full bundle), vendored in
+#   dashboards/vendor/, when it is the plotly.js version of the installed plotly (else plotly's
+#   own full bundle, so plotly.js always matches the plotly that built the figures);
+# - it serves that file with V8's compile hint ``//# allFunctionsCalledOnLoad`` (plotly.js
 #   runs nearly all of its modules on load): Chromium compiles it on a background thread as it
-#   arrives, which leaves ~0.8 s on the main thread (other browsers ignore the comment);
+#   arrives (of the full bundle's ~1.5 s, ~0.8 s stayed on the main thread; other browsers
+#   ignore the comment);
 # - the index preloads it, and the first callback request starts it (once the request is out),
 #   so it runs while the server builds the page;
 # - until it has run, window.Plotly is a promise: dcc.Graph's loader,
@@ -437,22 +442,34 @@ function tracekitPlotly() {
 }"""
 
 
-@functools.cache
-def _plotly_js() -> bytes:
-    from plotly.offline import get_plotlyjs
+VENDORED_PLOTLY = Path(__file__).with_name("vendor") / "plotly-cartesian.min.js"
 
-    return (_COMPILE_HINT + get_plotlyjs()).encode()
+
+@functools.cache
+def _plotly_js() -> tuple[str, bytes]:
+    """(file name, source) of the plotly.js the app serves: the vendored cartesian bundle if its
+    header names the plotly.js version the installed plotly bundles, else plotly's full bundle."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    version = get_plotlyjs_version()
+    try:
+        js = VENDORED_PLOTLY.read_text(encoding="utf-8")
+    except OSError:
+        js = ""
+    if js.startswith(f"/**\n* plotly.js (cartesian - minified) v{version}\n"):
+        name = f"plotly-cartesian-{version}.min.js"
+    else:
+        name, js = f"plotly-{version}.min.js", get_plotlyjs()
+    return name, (_COMPILE_HINT + js).encode()
 
 
 def _load_plotly_early(app: Dash) -> None:
-    from plotly.offline import get_plotlyjs_version
-
-    name = f"_tracekit/plotly-{get_plotlyjs_version()}.min.js"  # versioned: cached for good
+    name = "_tracekit/" + _plotly_js()[0]  # versioned: cached for good
     url = app.config.requests_pathname_prefix + name
 
     @app.server.route(app.config.routes_pathname_prefix + name)
     def plotly_js() -> Response:
-        return Response(_plotly_js(), mimetype="application/javascript",
+        return Response(_plotly_js()[1], mimetype="application/javascript",
                         headers={"Cache-Control": "public, max-age=31536000, immutable"})
 
     app.index_string = app.index_string.replace(
