@@ -259,7 +259,26 @@ def _too_big(size: int, limit: int, why: str, path: Path, *, gz: bool = False,
         "analyse it on a machine with more memory", path)
 
 
-_GUNZIP_CHUNK = 4 << 20
+_GUNZIP_CHUNK = 2 << 20      # under the mmap threshold below: chunks reuse the heap
+_MMAP_THRESHOLD = 4 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def _pin_mmap_threshold() -> None:
+    """Make glibc give big buffers (a rank's JSON) back to the system when they are freed.
+
+    glibc raises its mmap threshold to the largest block freed so far (up to 32 MB); from the
+    second rank on, each rank's JSON then came from the heap, whose pages the process kept:
+    pinning the threshold took 20 % off the peak RSS of a cold 8 x 30 MB analysis (430 -> 345
+    MB) for about 8 % more wall time (the pages are faulted in again). A process-wide setting;
+    a no-op where there is no glibc.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-3, _MMAP_THRESHOLD)   # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
 
 
 def _gunzip(raw: bytes, limit: int, why: str, path: Path, size_hint: int = 0) -> bytearray:
@@ -961,6 +980,7 @@ def _work(path: str, cache_dir: str | None = None, store: bool = False) -> tuple
     The frame travels as lz4-compressed Arrow IPC: ~10x smaller than plain IPC (a 30 MB rank
     is 2 MB on the pipe), for the same CPU.
     """
+    _pin_mmap_threshold()
     try:
         info, frame = _parse_one(Path(path), Path(cache_dir) if cache_dir else None, store)
     except TracekitError as err:
@@ -1026,6 +1046,7 @@ def _parse_here(paths: list[Path], threads: int, cache_dir: Path | None, store: 
     Cache entries are written by ``writer`` (left running: its owner waits for it), else by a
     writer thread of our own that we wait for.
     """
+    _pin_mmap_threshold()
     with ExitStack() as stack:
         if store and writer is None:
             writer = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache"))
