@@ -33,7 +33,7 @@ import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import plotly.io as pio
 import polars as pl
@@ -213,27 +213,11 @@ def _memo(entry: _Entry, name: str, build) -> Any:
         return entry.memo[name]
 
 
-# One builder per figure, named as F.figures_for names them. A page builds only the figures it
-# shows, each on first use: the first visit to /timeline of a big run waits for the timeline
-# alone, not for every figure of the run.
-FIGURES: dict[str, Callable[[Any], Any]] = {
-    "breakdown": lambda a: F.breakdown(a.summary),
-    "timeline": lambda a: F.timeline_overview(F.frame(a, "timeline"), bubbles=F.frame(a, "bubbles")),
-    "pipeline": lambda a: F.pipeline_schedule(a.summary, F.frame(a, "pipeline_ops"), F.frame(a, "bubbles"),
-                                              F.frame(a, "pipeline_replay")),
-    "pipeline_stages": lambda a: F.pipeline_stages(a.summary),
-    "overlap": lambda a: F.overlap_layers(a.summary, F.frame(a, "overlap_units")),
-    "memory": lambda a: F.memory(a.summary),
-    "traffic_split": lambda a: F.traffic_split(a.summary),
-    "traffic_matrix": lambda a: F.traffic_matrix(a.summary),
-    "collective_bandwidth": lambda a: F.collective_bandwidth(a.summary),
-    "collective_time": lambda a: F.collective_time(a.summary),
-}
-
-
 def _figure(entry: _Entry, name: str) -> Any:
-    """The run's figure NAME (None where the run has no such data), built once."""
-    return _memo(entry, f"figure:{name}", lambda: FIGURES[name](entry.analysis))
+    """The run's figure NAME (None where the run has no such data), built once, on first use: a
+    page builds only the figures it shows (a first visit to /timeline of a big run waits for
+    the timeline alone, not for every figure of the run)."""
+    return _memo(entry, f"figure:{name}", lambda: F.FIGURES[name](entry.analysis))
 
 
 # ---------------------------------------------------------------- small components

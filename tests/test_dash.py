@@ -435,17 +435,18 @@ def test_timeline_64_ranks_1m_events(browser, page, server, dash_app):
 
 
 def test_pages_build_what_figures_for_builds():
-    """The app builds each figure on its own (FIGURES); the same figures as F.figures_for."""
-    from dashboards.app import FIGURES
+    """The app builds each figure on its own, once (_figure); the same figures as F.figures_for."""
+    from dashboards.app import _Entry, _figure
     from tracekit import figures as F
 
     a = synthetic_analysis()
+    entry = _Entry(a)
     every = F.figures_for(a)
-    assert set(FIGURES) == set(every)
-    for name, build in FIGURES.items():
-        fig = build(a)
+    for name in every:
+        fig = _figure(entry, name)
         assert (fig is None) == (every[name] is None), name
         assert fig is None or fig.to_json() == every[name].to_json(), name
+        assert _figure(entry, name) is fig, name   # built once
 
 
 def test_plotly_js_is_the_vendored_cartesian_bundle_with_the_compile_hint(server):

@@ -24,7 +24,7 @@ The timeline stays fast at any size:
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -1004,20 +1004,23 @@ def compare_figures(runs: Sequence[Run]) -> dict[str, go.Figure | None]:
 
 # ---------------------------------------------------------------- everything for one analysis
 
-def figures_for(analysis: Any, *, bins: int = MAX_BINS) -> dict[str, go.Figure | None]:
+#: Each figure of one analysis, by name: built one at a time where a page shows only some
+#: (the Dash app), all together by :func:`figures_for` (reports).
+FIGURES: dict[str, Callable[[Any], go.Figure | None]] = {
+    "breakdown": lambda a: breakdown(a.summary),
+    "timeline": lambda a: timeline_overview(frame(a, "timeline"), bubbles=frame(a, "bubbles")),
+    "pipeline": lambda a: pipeline_schedule(a.summary, frame(a, "pipeline_ops"), frame(a, "bubbles"),
+                                            frame(a, "pipeline_replay")),
+    "pipeline_stages": lambda a: pipeline_stages(a.summary),
+    "overlap": lambda a: overlap_layers(a.summary, frame(a, "overlap_units")),
+    "memory": lambda a: memory(a.summary),
+    "traffic_split": lambda a: traffic_split(a.summary),
+    "traffic_matrix": lambda a: traffic_matrix(a.summary),
+    "collective_bandwidth": lambda a: collective_bandwidth(a.summary),
+    "collective_time": lambda a: collective_time(a.summary),
+}
+
+
+def figures_for(analysis: Any) -> dict[str, go.Figure | None]:
     """Every figure of one analysis by name (None where the run has no such data)."""
-    s = analysis.summary
-    tl = frame(analysis, "timeline")
-    bubbles = frame(analysis, "bubbles")
-    return {
-        "breakdown": breakdown(s),
-        "timeline": timeline_overview(tl, bubbles=bubbles, bins=bins),
-        "pipeline": pipeline_schedule(s, frame(analysis, "pipeline_ops"), bubbles, frame(analysis, "pipeline_replay")),
-        "pipeline_stages": pipeline_stages(s),
-        "overlap": overlap_layers(s, frame(analysis, "overlap_units")),
-        "memory": memory(s),
-        "traffic_split": traffic_split(s),
-        "traffic_matrix": traffic_matrix(s),
-        "collective_bandwidth": collective_bandwidth(s),
-        "collective_time": collective_time(s),
-    }
+    return {name: build(analysis) for name, build in FIGURES.items()}
