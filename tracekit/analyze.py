@@ -167,8 +167,8 @@ def _analyze(path: Path, ranks_per_node: int | None, ranks: Sequence[int] | None
     group_sources = groups.load_sources(path, run, infos)
     warnings.extend(group_sources.warnings)
     raw_coll = collectives.raw_collectives(events, group_sizes, group_sources)
-    events, group_sources, clock_summary, clock_warn = clock.align(events, infos, group_sources, group_sizes,
-                                                                   align_clocks, raw_coll[0])
+    events, group_sources, clock_summary, clock_warn = clock.align(events, infos, group_sources,
+                                                                   raw_coll[0], align_clocks)
     if clock_summary and clock_summary.get("applied"):   # times moved: match again
         raw_coll = collectives.raw_collectives(events, group_sizes, group_sources)
     warnings.extend(clock_warn)
@@ -183,14 +183,14 @@ def _analyze(path: Path, ranks_per_node: int | None, ranks: Sequence[int] | None
         warnings.append(f"ranks {empty}: no compute or communication events in the window; left out")
         keep = ~pl.col("rank").is_in(empty)
         windows, iv, events = windows.filter(keep), iv.filter(keep), events.filter(keep)
-        raw_coll = None   # matched without the ranks left out, as before
+        raw_coll = collectives.raw_collectives(events, group_sizes, group_sources)   # matched without the ranks left out
         infos = [i for i in infos if i.rank not in empty]
         rank_ids = [i.rank for i in infos]
         nodes = {r: n for r, n in nodes.items() if r not in empty}
     seg = timeline.segments(iv, windows)
     markers = timeline.step_markers(events)
     rank_table = breakdown.rank_breakdown(seg, windows, markers, nodes)
-    coll, coll_warn = collectives.collectives_table(events, windows, group_sizes, group_sources, raw_coll)
+    coll, coll_warn = collectives.collectives_table(raw_coll, windows)
     warnings = groups.drop_resolved_warnings(warnings, coll) + coll_warn
 
     inputs = Inputs(path, run, infos, events, windows, seg, markers, coll, nodes)

@@ -109,23 +109,17 @@ def _shift_records(sources: Any, offsets: dict[int, int]) -> Any:
     return dataclasses.replace(sources, records=tuple(records))
 
 
-def align(events: pl.DataFrame, infos: Sequence[Any], sources: Any, group_sizes: dict[int, int],
-          mode: bool | None = None, table: pl.DataFrame | None = None,
-          ) -> tuple[pl.DataFrame, Any, dict[str, Any] | None, list[str]]:
-    """(events, sources, summary ``clock``, warnings): offsets estimated and, when the traces come
-    from several hosts (mode None) or when mode is True, applied (summary ``applied``).
-
-    ``table``: the raw collectives of these events, when the caller has them already.
-    """
-    from tracekit.analyses.collectives import raw_collectives
-
+def align(events: pl.DataFrame, infos: Sequence[Any], sources: Any, table: pl.DataFrame,
+          mode: bool | None = None) -> tuple[pl.DataFrame, Any, dict[str, Any] | None, list[str]]:
+    """(events, sources, summary ``clock``, warnings): offsets estimated from ``table`` (the raw
+    collectives of these events, tracekit.analyses.collectives.raw_collectives) and, when the
+    traces come from several hosts (mode None) or when mode is True, applied (summary
+    ``applied``: the events' times moved, so their collectives must be matched again)."""
     hosts = {int(i.rank): i.host_name for i in infos}
     if len(hosts) < 2:
         return events, sources, None, []
     several_hosts = len({h for h in hosts.values() if h}) > 1
     apply = mode is True or (mode is None and several_hosts)
-    if table is None:
-        table, _ = raw_collectives(events, group_sizes, sources)
     est = estimate(table, hosts if several_hosts else None)
     warnings = []
     if not est["offsets_ns"] or len(est["offsets_ns"]) < 2:

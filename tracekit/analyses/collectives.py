@@ -239,14 +239,11 @@ def raw_collectives(
 
 
 def collectives_table(
-    events: pl.DataFrame, windows: pl.DataFrame, group_sizes: dict[int, int], sources: Any = None,
-    raw: tuple[pl.DataFrame, list[str]] | None = None,
+    raw: tuple[pl.DataFrame, list[str]], windows: pl.DataFrame
 ) -> tuple[pl.DataFrame, list[str]]:
-    """Every collective instance that starts inside its rank's window, with factor and duration.
-
-    ``raw``: :func:`raw_collectives` of these events and sources, when the caller has it.
-    """
-    table, warnings = raw if raw is not None else raw_collectives(events, group_sizes, sources)
+    """Every collective instance of ``raw`` (:func:`raw_collectives`: table, warnings) that
+    starts inside its rank's window, with factor and duration."""
+    table, warnings = raw
     table = (
         table.join(windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")), on="rank")
         .filter((pl.col("start_ns") >= pl.col("w0")) & (pl.col("start_ns") < pl.col("w1")))
