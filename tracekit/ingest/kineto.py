@@ -766,12 +766,12 @@ def _decoded_fast(data: bytes, path: Path) -> _Decoded | None:
     xframe = xs.select(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), *texts("cat", "name", "pid", "tid"),
         "ts", "dur", "stream_arg", "correlation", "external_id", *texts("coll_name"))
-    starts, ends = xs["args_start"].to_list(), xs["args_end"].to_list()
+    spans_of_args = xs.select("args_start", "args_end")   # looked up for the few rows that need them
     with_args = pl.col("args_end") > pl.col("args_start")
     meta = events.filter(codes("ph", "M") & codes("name", "thread_name") & with_args)
     memory = events.filter(codes("ph", "i") & codes("name", "[memory]") & with_args)
     return _Decoded(
-        top, xframe, lambda i: data[starts[i]:ends[i]], meta.select(texts("pid", "tid")),
+        top, xframe, lambda i: data[slice(*spans_of_args.row(i))], meta.select(texts("pid", "tid")),
         [data[a:b] for a, b in meta.select("args_start", "args_end").iter_rows()],
         [data[a:b] for a, b in memory.select("args_start", "args_end").iter_rows()])
 
