@@ -14,6 +14,7 @@
 Workers: W > 1 parses in a spawned ProcessPoolExecutor of W processes, one file per task, as
 tracekit does; W = 1 parses in this process. Prints the number of events decoded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,10 +38,13 @@ def _structs() -> dict:
 
     tree = ast.parse(KINETO.read_text())
     wanted = {"_Common", "_Event", "_Trace", "_NO_RAW"}
-    body = [n for n in tree.body
-            if (isinstance(n, ast.ClassDef) and n.name in wanted)
-            or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))]
-    module = types.ModuleType("kineto_structs")   # registered: msgspec resolves annotations there
+    body = [
+        n
+        for n in tree.body
+        if (isinstance(n, ast.ClassDef) and n.name in wanted)
+        or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in wanted for t in n.targets))
+    ]
+    module = types.ModuleType("kineto_structs")  # registered: msgspec resolves annotations there
     module.__dict__.update(msgspec=msgspec, Any=typing.Any)
     sys.modules[module.__name__] = module
     exec(compile(ast.Module(body=body, type_ignores=[]), str(KINETO), "exec"), module.__dict__)  # noqa: S102
@@ -83,7 +87,7 @@ def _parse(path: str, parser: str) -> int:
         _decoder = msgspec.json.Decoder(structs["_Trace"], strict=False)
         _common = msgspec.json.Decoder(structs["_Common"], strict=False).decode
     events = _decoder.decode(data).traceEvents
-    for e in events:   # the X events' common args, as ingest decodes them
+    for e in events:  # the X events' common args, as ingest decodes them
         if e.ph == "X" and e.args:
             _common(e.args)
     return len(events)

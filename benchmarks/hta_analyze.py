@@ -4,11 +4,12 @@ Run with the benchmark's own venv (benchmarks/setup_hta_venv.sh): ``.venv/bin/py
 hta_analyze.py TRACE_DIR``. Prints one JSON line: per-rank idle/compute/non-compute percent
 and comm/compute overlap percent, so the runner can check both tools saw the same job.
 """
+
 import json
 import logging
 import sys
 
-logging.disable(logging.WARNING)   # HTA logs every parse step on stderr
+logging.disable(logging.WARNING)  # HTA logs every parse step on stderr
 
 from hta.trace_analysis import TraceAnalysis  # noqa: E402
 

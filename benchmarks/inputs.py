@@ -11,6 +11,7 @@ Files are written the way Kineto writes them: the header keys first (so readers 
 the head find ``distributedInfo``), then one event per line, gzip-compressed. Each case is built
 once into ``benchmarks/data/<case>/`` and rebuilt only when this generator's version changes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,9 +22,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent.parent / "shared" / "data" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
-VERSION = "3"          # bump when the generator changes: cached inputs are rebuilt
+VERSION = "3"  # bump when the generator changes: cached inputs are rebuilt
 RANKS = 8
-CASES = {"replicated": 1, "large": 3}   # case -> copies of the events in time
+CASES = {"replicated": 1, "large": 3}  # case -> copies of the events in time
 
 
 def _offset_event(event: dict, k: int, dt_us: float, id_off: int, steps: int) -> dict:
@@ -51,17 +52,20 @@ def _events(trace: dict, copies: int) -> list[dict]:
     timed = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
     lo = min(e["ts"] for e in timed)
     hi = max(e["ts"] + e.get("dur", 0) for e in timed)
-    dt_us = (hi - lo) + 1000.0   # 1 ms gap between copies
+    dt_us = (hi - lo) + 1000.0  # 1 ms gap between copies
     ids = [e.get("id", 0) for e in events] + [
-        v for e in events if isinstance(e.get("args"), dict)
-        for k, v in e["args"].items() if k in ("correlation", "External id", "Record function id")
+        v
+        for e in events
+        if isinstance(e.get("args"), dict)
+        for k, v in e["args"].items()
+        if k in ("correlation", "External id", "Record function id")
     ]
     id_off = 10 ** len(str(max(i for i in ids if isinstance(i, int))))
     steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
     out = []
     for k in range(copies):
         for e in events:
-            if k and e.get("ph") in ("M", "i"):   # metadata and instants once
+            if k and e.get("ph") in ("M", "i"):  # metadata and instants once
                 continue
             out.append(_offset_event(e, k, dt_us, id_off, steps))
     return out
@@ -88,7 +92,10 @@ def write_trace(trace: dict, path: Path) -> None:
     events = trace["traceEvents"]
     lines += [_event_text(e) + ("," if i + 1 < len(events) else "") for i, e in enumerate(events)]
     lines.append("  ]" + ("," if rest else ""))
-    lines += [f'  "{k}": {json.dumps(head[k])}' + ("," if i + 1 < len(rest) else "") for i, k in enumerate(rest)]
+    lines += [
+        f'  "{k}": {json.dumps(head[k])}' + ("," if i + 1 < len(rest) else "")
+        for i, k in enumerate(rest)
+    ]
     lines.append("}")
     tmp = path.with_name(path.name + ".tmp")
     _write_gz(tmp, "\n".join(lines) + "\n")
@@ -113,8 +120,9 @@ def _renumbered_text(raw: str, source: dict, rank: int, ranks: int) -> str:
     old_info = '"distributedInfo": ' + json.dumps(source["distributedInfo"])
     old_name = '"traceName": ' + json.dumps(source["traceName"])
     assert raw.count(old_info) == 1 and raw.count(old_name) == 1, "unexpected source layout"
-    return (raw.replace(old_info, '"distributedInfo": ' + json.dumps(_dist_info(source, rank, ranks)))
-            .replace(old_name, '"traceName": ' + json.dumps(f"rank{rank}.json")))
+    return raw.replace(
+        old_info, '"distributedInfo": ' + json.dumps(_dist_info(source, rank, ranks))
+    ).replace(old_name, '"traceName": ' + json.dumps(f"rank{rank}.json"))
 
 
 def build(case: str, root: Path | None = None, ranks: int = RANKS) -> Path:
@@ -128,7 +136,7 @@ def build(case: str, root: Path | None = None, ranks: int = RANKS) -> Path:
     folder.mkdir(parents=True)
     raw = gzip.decompress(SOURCE.read_bytes()).decode()
     source = json.loads(raw)
-    if CASES[case] == 1:   # the real file's own text, only the rank's lines rewritten
+    if CASES[case] == 1:  # the real file's own text, only the rank's lines rewritten
         for r in range(ranks):
             _write_gz(folder / f"rank{r}.json.gz", _renumbered_text(raw, source, r, ranks))
         stamp.write_text(want)
@@ -152,8 +160,11 @@ def describe(folder: Path) -> dict:
         with gzip.open(f, "rb") as g:
             while chunk := g.read(1 << 24):
                 json_bytes += len(chunk)
-    return {"files": len(files), "gz_bytes": sum(f.stat().st_size for f in files),
-            "json_bytes": json_bytes}
+    return {
+        "files": len(files),
+        "gz_bytes": sum(f.stat().st_size for f in files),
+        "json_bytes": json_bytes,
+    }
 
 
 if __name__ == "__main__":

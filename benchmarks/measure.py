@@ -10,6 +10,7 @@
   ``ps`` shows them; ``peak_pss`` (proportional set size, shared pages split among sharers,
   from ``/proc/<pid>/smaps_rollup``) is sampled every 5th tick as the fairer second view.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ def _stat(pid: int) -> tuple[int, float] | None:
             text = f.read()
     except OSError:
         return None
-    rest = text[text.rindex(b")") + 2:].split()
+    rest = text[text.rindex(b")") + 2 :].split()
     return int(rest[1]), (int(rest[11]) + int(rest[12])) / TICKS
 
 
@@ -75,8 +76,8 @@ class _TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.root, self.interval = root, interval
         self.stop = threading.Event()
-        self.parent: dict[int, int] = {}      # pid -> ppid, read once per pid
-        self.cpu: dict[int, float] = {}       # last seen user+sys of tree members
+        self.parent: dict[int, int] = {}  # pid -> ppid, read once per pid
+        self.cpu: dict[int, float] = {}  # last seen user+sys of tree members
         self.peak_rss = self.peak_pss = self.max_procs = 0
 
     def _tree(self) -> list[int]:
@@ -117,8 +118,14 @@ class _TreeSampler(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def run(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None,
-        interval: float = 0.02, timeout: float = 1800) -> Sample:
+def run(
+    cmd: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    interval: float = 0.02,
+    timeout: float = 1800,
+) -> Sample:
     """Run ``cmd`` to completion and measure it (see the module docstring)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-{os.getpid()}-{time.monotonic_ns()}"
@@ -142,6 +149,14 @@ def run(cmd: list[str], *, cwd: Path | None = None, env: dict | None = None,
         Path(f"{out_path}{suffix}").unlink(missing_ok=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Sample(wall_s=wall, cpu_s=cpu, peak_rss=sampler.peak_rss, peak_pss=sampler.peak_pss,
-                  returncode=rc, stdout=stdout, stderr=stderr, max_procs=sampler.max_procs,
-                  sampled_cpu_s=sum(sampler.cpu.values()))
+    return Sample(
+        wall_s=wall,
+        cpu_s=cpu,
+        peak_rss=sampler.peak_rss,
+        peak_pss=sampler.peak_pss,
+        returncode=rc,
+        stdout=stdout,
+        stderr=stderr,
+        max_procs=sampler.max_procs,
+        sampled_cpu_s=sum(sampler.cpu.values()),
+    )

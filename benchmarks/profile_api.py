@@ -8,6 +8,7 @@ alternating rounds so that load from other processes hits both alike. Start/stop
 entering the block (run folder, run.json) and of leaving it (trace export, flight recorder).
 Refusal: read_trace on a sparse file 8x this machine's available memory (nothing read).
 """
+
 from __future__ import annotations
 
 import os
@@ -58,9 +59,13 @@ def main() -> None:
             leave.append(time.perf_counter() - t0)
         size = os.path.getsize(next(Path(tmp).glob("user-*/traces/rank0.json.gz")))
         p, q = statistics.median(plain), statistics.median(profiled)
-        print(f"step: plain {p * 1e3:.2f} ms, profiled {q * 1e3:.2f} ms, overhead {100 * (q / p - 1):+.1f} %")
-        print(f"enter {statistics.median(enter) * 1e3:.0f} ms, leave (export 10 steps, {size / 1e6:.2f} MB gz) "
-              f"{statistics.median(leave) * 1e3:.0f} ms")
+        print(
+            f"step: plain {p * 1e3:.2f} ms, profiled {q * 1e3:.2f} ms, overhead {100 * (q / p - 1):+.1f} %"
+        )
+        print(
+            f"enter {statistics.median(enter) * 1e3:.0f} ms, leave (export 10 steps, {size / 1e6:.2f} MB gz) "
+            f"{statistics.median(leave) * 1e3:.0f} ms"
+        )
         big = Path(tmp) / "rank0.json"
         with open(big, "wb") as f:
             f.truncate(8 * (_available_memory() or 2**34))
@@ -68,7 +73,9 @@ def main() -> None:
         try:
             read_trace(big)
         except TracekitError as err:
-            print(f"refused a {big.stat().st_size / 1e9:.0f} GB sparse trace in {(time.perf_counter() - t0) * 1e3:.2f} ms: {err}")
+            print(
+                f"refused a {big.stat().st_size / 1e9:.0f} GB sparse trace in {(time.perf_counter() - t0) * 1e3:.2f} ms: {err}"
+            )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ tools so that load hits both alike (the load average is printed with every row).
 Options: ``--rounds N`` (default 3), ``--cases replicated,large``, ``--no-hta`` (skip HTA),
 ``--results DIR`` (default benchmarks/results: a JSON of every sample and a Markdown table).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,10 +73,19 @@ def run_tool(name: str, cmd: list[str], env: dict | None = None) -> dict:
     load = os.getloadavg()[0]
     s = measure.run(cmd, cwd=ROOT, env=env)
     if s.returncode != 0:
-        raise SystemExit(f"{name} failed (exit {s.returncode}): {' '.join(cmd)}\n{s.stderr[-3000:]}")
-    return {"tool": name, "wall_s": s.wall_s, "cpu_s": max(s.cpu_s, s.sampled_cpu_s),
-            "peak_rss": s.peak_rss, "peak_pss": s.peak_pss, "procs": s.max_procs, "load": load,
-            "stdout": s.stdout[-4000:]}
+        raise SystemExit(
+            f"{name} failed (exit {s.returncode}): {' '.join(cmd)}\n{s.stderr[-3000:]}"
+        )
+    return {
+        "tool": name,
+        "wall_s": s.wall_s,
+        "cpu_s": max(s.cpu_s, s.sampled_cpu_s),
+        "peak_rss": s.peak_rss,
+        "peak_pss": s.peak_pss,
+        "procs": s.max_procs,
+        "load": load,
+        "stdout": s.stdout[-4000:],
+    }
 
 
 def check_agreement(tk_out: Path, hta_stdout: str) -> dict:
@@ -88,14 +98,20 @@ def check_agreement(tk_out: Path, hta_stdout: str) -> dict:
         row = next(x for x in summary["ranks"] if x["rank"] == r)
         worst_idle = max(worst_idle, abs(100 * row["idle_s"] / row["span_s"] - idle))
         worst_overlap = max(worst_overlap, abs(100 * row["overlap_s"] / row["comm_s"] - ov))
-    return {"ranks": len(hta["ranks"]), "max_idle_diff_points": round(worst_idle, 3),
-            "max_overlap_diff_points": round(worst_overlap, 3),
-            "agree": worst_idle <= 1.0 and worst_overlap <= 1.0}
+    return {
+        "ranks": len(hta["ranks"]),
+        "max_idle_diff_points": round(worst_idle, 3),
+        "max_overlap_diff_points": round(worst_overlap, 3),
+        "agree": worst_idle <= 1.0 and worst_overlap <= 1.0,
+    }
 
 
 def compile_tracekit() -> None:
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "tracekit")], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "tracekit")],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def bench_case(case: str, rounds: int, hta: bool) -> dict:
@@ -115,44 +131,78 @@ def bench_case(case: str, rounds: int, hta: bool) -> dict:
             clear_cache(folder, out)
             samples.append({"round": rnd, **run_tool("tracekit (cold)", tk, env)})
             if hta:
-                samples.append({"round": rnd, **run_tool("HTA", [str(VENV_PY), str(HERE / "hta_analyze.py"), str(folder)], env)})
+                samples.append(
+                    {
+                        "round": rnd,
+                        **run_tool(
+                            "HTA", [str(VENV_PY), str(HERE / "hta_analyze.py"), str(folder)], env
+                        ),
+                    }
+                )
                 if agreement is None:
                     agreement = check_agreement(out, samples[-1]["stdout"])
             samples.append({"round": rnd, **run_tool("tracekit (warm cache)", tk, env)})
             for parser in ("msgspec", "orjson", "kscan"):
-                samples.append({"round": rnd, **run_tool(f"floor ({parser})", floor + ["--parser", parser] + [str(f) for f in files], env)})
+                samples.append(
+                    {
+                        "round": rnd,
+                        **run_tool(
+                            f"floor ({parser})",
+                            floor + ["--parser", parser] + [str(f) for f in files],
+                            env,
+                        ),
+                    }
+                )
         clear_cache(folder, out)
-    return {"case": case, "files": size["files"], "json_bytes": size["json_bytes"],
-            "gz_bytes": size["gz_bytes"], "workers": workers, "samples": samples, "agreement": agreement}
+    return {
+        "case": case,
+        "files": size["files"],
+        "json_bytes": size["json_bytes"],
+        "gz_bytes": size["gz_bytes"],
+        "workers": workers,
+        "samples": samples,
+        "agreement": agreement,
+    }
 
 
 def medians(samples: list[dict]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for tool in dict.fromkeys(s["tool"] for s in samples):
         rows = [s for s in samples if s["tool"] == tool]
-        out[tool] = {k: statistics.median(r[k] for r in rows) for k in ("wall_s", "cpu_s", "peak_rss", "peak_pss", "load")}
+        out[tool] = {
+            k: statistics.median(r[k] for r in rows)
+            for k in ("wall_s", "cpu_s", "peak_rss", "peak_pss", "load")
+        }
         out[tool]["n"] = len(rows)
         out[tool]["wall_range"] = (min(r["wall_s"] for r in rows), max(r["wall_s"] for r in rows))
     return out
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| case | tool | wall s (median, min-max) | CPU s | peak RSS MB | peak PSS MB | HTA/tool wall | HTA/tool RSS "
-             "| tool/floor wall (msgspec) | tool/floor wall (kscan) | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| case | tool | wall s (median, min-max) | CPU s | peak RSS MB | peak PSS MB | HTA/tool wall | HTA/tool RSS "
+        "| tool/floor wall (msgspec) | tool/floor wall (kscan) | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for res in results:
         m = medians(res["samples"])
         hta = m.get("HTA")
         floor, scan_floor = m.get("floor (msgspec)"), m.get("floor (kscan)")
-        label = f"{res['case']} ({res['files']} x {res['json_bytes'] / res['files'] / 1e6:.1f} MB JSON)"
+        label = (
+            f"{res['case']} ({res['files']} x {res['json_bytes'] / res['files'] / 1e6:.1f} MB JSON)"
+        )
         for tool, v in m.items():
             ratio = f"{hta['wall_s'] / v['wall_s']:.1f}x" if hta and tool != "HTA" else ""
             mem = f"{hta['peak_rss'] / v['peak_rss']:.1f}x" if hta and tool != "HTA" else ""
-            vs_floor, vs_scan = (f"{v['wall_s'] / f['wall_s']:.2f}" if f and not tool.startswith("floor") else ""
-                                 for f in (floor, scan_floor))
+            vs_floor, vs_scan = (
+                f"{v['wall_s'] / f['wall_s']:.2f}" if f and not tool.startswith("floor") else ""
+                for f in (floor, scan_floor)
+            )
             lo, hi = v["wall_range"]
-            lines.append(f"| {label} | {tool} | {v['wall_s']:.2f} ({lo:.2f}-{hi:.2f}) | {v['cpu_s']:.2f} | "
-                         f"{v['peak_rss'] / 2**20:.0f} | {v['peak_pss'] / 2**20:.0f} | {ratio} | {mem} | {vs_floor} | {vs_scan} | {v['load']:.1f} |")
+            lines.append(
+                f"| {label} | {tool} | {v['wall_s']:.2f} ({lo:.2f}-{hi:.2f}) | {v['cpu_s']:.2f} | "
+                f"{v['peak_rss'] / 2**20:.0f} | {v['peak_pss'] / 2**20:.0f} | {ratio} | {mem} | {vs_floor} | {vs_scan} | {v['load']:.1f} |"
+            )
             label = ""
     return "\n".join(lines)
 
@@ -170,16 +220,26 @@ def main() -> None:
     started = time.strftime("%Y%m%d-%H%M%S")
     results = [bench_case(c, a.rounds, not a.no_hta) for c in a.cases.split(",")]
     text = table(results)
-    notes = [f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {a.rounds} rounds (A B A B: "
-             "tracekit cold, HTA, tracekit warm, floors), medians; load = 1-min load average at the start of each run"]
+    notes = [
+        f"{time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {a.rounds} rounds (A B A B: "
+        "tracekit cold, HTA, tracekit warm, floors), medians; load = 1-min load average at the start of each run"
+    ]
     for r in results:
         ag = r["agreement"]
         if ag:
-            notes.append(f"{r['case']}: tracekit and HTA agree on all {ag['ranks']} ranks: idle within "
-                         f"{ag['max_idle_diff_points']} points, comm/compute overlap within {ag['max_overlap_diff_points']} points")
-        notes.append(f"{r['case']}: tracekit parsed with {r['workers']} worker process(es)"
-                     + (f" (in-process, in up to {os.cpu_count()} threads: one per idle CPU)"
-                        if r["workers"] == 1 else "") + "; the floors used the same number of processes")
+            notes.append(
+                f"{r['case']}: tracekit and HTA agree on all {ag['ranks']} ranks: idle within "
+                f"{ag['max_idle_diff_points']} points, comm/compute overlap within {ag['max_overlap_diff_points']} points"
+            )
+        notes.append(
+            f"{r['case']}: tracekit parsed with {r['workers']} worker process(es)"
+            + (
+                f" (in-process, in up to {os.cpu_count()} threads: one per idle CPU)"
+                if r["workers"] == 1
+                else ""
+            )
+            + "; the floors used the same number of processes"
+        )
     report = text + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     print(report)
     a.results.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ and shows trace strings as text components (React escapes them; no dangerously_a
 anywhere). Analyses are cached in memory, a few runs, keyed by path and the files' mtimes; a
 run's figures are built on first use, each once.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,9 +32,10 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Mapping
+from typing import Any
 
 import plotly.io as pio
 import polars as pl
@@ -67,12 +69,15 @@ class Refused(Exception):
 
 # ---------------------------------------------------------------- runs under ROOT
 
+
 def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
 def _has_traces(folder: Path, names: list[str]) -> bool:
-    return any(runfolder.is_trace_file(folder / n) and n not in ("run.json", "summary.json") for n in names)
+    return any(
+        runfolder.is_trace_file(folder / n) and n not in ("run.json", "summary.json") for n in names
+    )
 
 
 @dataclass
@@ -85,7 +90,9 @@ class _Entry:
 class Runs:
     """The runs under ROOT, ?run= resolution, and the LRU cache of their analyses."""
 
-    def __init__(self, root: Path, preloaded: Mapping[str, Any] | None = None, cache_size: int = CACHE_SIZE):
+    def __init__(
+        self, root: Path, preloaded: Mapping[str, Any] | None = None, cache_size: int = CACHE_SIZE
+    ):
         self.root = Path(root).resolve()
         self.preloaded = {str(k): _Entry(v) for k, v in (preloaded or {}).items()}
         self.cache_size = cache_size
@@ -110,9 +117,15 @@ class Runs:
                 dirnames[:] = []
             else:
                 depth = len(rel.parts)
-                dirnames[:] = sorted(d for d in dirnames
-                                     if depth < MAX_DEPTH and d not in SKIP_DIRS and not d.startswith(".")
-                                     and not d.endswith(".analysis") and not (here / d).is_symlink())
+                dirnames[:] = sorted(
+                    d
+                    for d in dirnames
+                    if depth < MAX_DEPTH
+                    and d not in SKIP_DIRS
+                    and not d.startswith(".")
+                    and not d.endswith(".analysis")
+                    and not (here / d).is_symlink()
+                )
             if len(found) >= MAX_LISTED:
                 break
         runs = sorted(found) + sorted(self.preloaded)
@@ -122,13 +135,19 @@ class Runs:
     # -- ?run= resolution
     def resolve(self, rel: str) -> Path | str:
         """The run's resolved path (or a preloaded name); Refused when it is not one under ROOT."""
-        refusal = Refused(f"refused: {rel!r} is not a run folder or trace folder inside this dashboard's root")
+        refusal = Refused(
+            f"refused: {rel!r} is not a run folder or trace folder inside this dashboard's root"
+        )
         if not isinstance(rel, str) or not rel or len(rel) > 1000 or "\x00" in rel:
             raise refusal
         if rel in self.preloaded:
             return rel
-        if (rel.startswith(("/", "\\", "~")) or PurePosixPath(rel).is_absolute()
-                or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive):
+        if (
+            rel.startswith(("/", "\\", "~"))
+            or PurePosixPath(rel).is_absolute()
+            or PureWindowsPath(rel).is_absolute()
+            or PureWindowsPath(rel).drive
+        ):
             raise refusal
         if any(part == ".." for part in rel.replace("\\", "/").split("/")):
             raise refusal
@@ -222,6 +241,7 @@ def _figure(entry: _Entry, name: str) -> Any:
 
 # ---------------------------------------------------------------- small components
 
+
 def _runs_from_search(search: str | None) -> list[str]:
     qs = urllib.parse.parse_qs((search or "").lstrip("?"), keep_blank_values=True)
     return [r for r in qs.get("run", []) if r != ""]
@@ -236,8 +256,12 @@ def _table(t: R.Table, table_id: str | None = None) -> html.Div:
     body = [html.Tr([html.Td(str(c)) for c in row]) for row in rows]
     kids = [html.Div(title, className="caption")]
     if rows:
-        kids.append(html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(body)],
-                               id=table_id or ""))
+        kids.append(
+            html.Table(
+                [html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(body)],
+                id=table_id or "",
+            )
+        )
     else:
         kids.append(html.P("no rows", className="nodata"))
     return html.Div(kids, className="table-wrap")
@@ -245,8 +269,12 @@ def _table(t: R.Table, table_id: str | None = None) -> html.Div:
 
 def _graph(fig: Any, graph_id: str) -> Any:
     height = int(fig.layout.height or 420)
-    return dcc.Loading(dcc.Graph(id=graph_id, figure=fig, style={"height": f"{height}px"},
-                                 config={"displaylogo": False}), type="default")
+    return dcc.Loading(
+        dcc.Graph(
+            id=graph_id, figure=fig, style={"height": f"{height}px"}, config={"displaylogo": False}
+        ),
+        type="default",
+    )
 
 
 def _nodata(text: str) -> html.P:
@@ -262,25 +290,42 @@ def _nav(search: str) -> list:
 
 
 def _run_picker(runs: list[str], value: Any, multi: bool = False) -> html.Div:
-    return html.Div([
-        html.Label("runs" if multi else "run", htmlFor="compare-select" if multi else "run-select"),
-        dcc.Dropdown(id="compare-select" if multi else "run-select",
-                     options=[{"label": r, "value": r} for r in runs], value=value, multi=multi,
-                     placeholder="choose runs to compare" if multi else "choose a run", clearable=multi,
-                     style={"minWidth": "420px"}),
-    ], className="picker")
+    return html.Div(
+        [
+            html.Label(
+                "runs" if multi else "run", htmlFor="compare-select" if multi else "run-select"
+            ),
+            dcc.Dropdown(
+                id="compare-select" if multi else "run-select",
+                options=[{"label": r, "value": r} for r in runs],
+                value=value,
+                multi=multi,
+                placeholder="choose runs to compare" if multi else "choose a run",
+                clearable=multi,
+                style={"minWidth": "420px"},
+            ),
+        ],
+        className="picker",
+    )
 
 
 # ---------------------------------------------------------------- pages
+
 
 def _run_header(rel: str, a: Any) -> html.Div:
     s = a.summary
     run = s.get("run") or {}
     win = s.get("window") or {}
-    bits = [f"{len(s.get('ranks') or [])} ranks", f"window: {win.get('kind')}, {win.get('steps')} steps"]
+    bits = [
+        f"{len(s.get('ranks') or [])} ranks",
+        f"window: {win.get('kind')}, {win.get('steps')} steps",
+    ]
     if run:
-        bits = [f"strategy {run.get('strategy')}", f"{run.get('backend')} / {run.get('device')}",
-                f"{run.get('precision')}"] + bits
+        bits = [
+            f"strategy {run.get('strategy')}",
+            f"{run.get('backend')} / {run.get('device')}",
+            f"{run.get('precision')}",
+        ] + bits
     kids = [html.H2(rel), html.P(" · ".join(str(b) for b in bits), className="src")]
     for w in s.get("warnings") or []:
         kids.append(html.P(f"warning: {w}", className="warn"))
@@ -293,10 +338,22 @@ def _page_index(runs: Runs, rel: str | None, entry: _Entry | None) -> list:
     if not listed:
         kids.append(_nodata("no run folders or trace folders under ROOT"))
     else:
-        items = [html.Li([dcc.Link(r, href="/" + _search_for([r])), " · ",
-                          dcc.Link("timeline", href="/timeline" + _search_for([r]))]) for r in listed]
-        kids.append(html.Details([html.Summary(f"{len(listed)} runs under ROOT"), html.Ul(items, id="run-list")],
-                                 open=entry is None))
+        items = [
+            html.Li(
+                [
+                    dcc.Link(r, href="/" + _search_for([r])),
+                    " · ",
+                    dcc.Link("timeline", href="/timeline" + _search_for([r])),
+                ]
+            )
+            for r in listed
+        ]
+        kids.append(
+            html.Details(
+                [html.Summary(f"{len(listed)} runs under ROOT"), html.Ul(items, id="run-list")],
+                open=entry is None,
+            )
+        )
     if entry is None:
         return kids
     a = entry.analysis
@@ -316,11 +373,17 @@ def _page_timeline(rel: str, entry: _Entry) -> list:
     if fig is None:
         return [_run_header(rel, a), _nodata(F.NO_DATA["timeline"])]
     meta = fig.layout.meta or {}
-    info = (f"overview: {meta.get('segments', 0):,} spans in {meta.get('bins')} bins of "
-            f"{F.fmt_s(meta.get('bin_s'))} per rank. Drag to zoom: real bars appear once the window "
-            f"holds at most {F.MAX_BARS:,} spans; double-click to go back.")
-    return [_run_header(rel, a), html.P(info, id="timeline-info", className="info"),
-            dcc.Store(id="timeline-zoom"), _graph(fig, "timeline-graph")]
+    info = (
+        f"overview: {meta.get('segments', 0):,} spans in {meta.get('bins')} bins of "
+        f"{F.fmt_s(meta.get('bin_s'))} per rank. Drag to zoom: real bars appear once the window "
+        f"holds at most {F.MAX_BARS:,} spans; double-click to go back."
+    )
+    return [
+        _run_header(rel, a),
+        html.P(info, id="timeline-info", className="info"),
+        dcc.Store(id="timeline-zoom"),
+        _graph(fig, "timeline-graph"),
+    ]
 
 
 def _page_pipeline(rel: str, entry: _Entry) -> list:
@@ -342,8 +405,11 @@ def _page_pipeline(rel: str, entry: _Entry) -> list:
 def _page_overlap(rel: str, entry: _Entry) -> list:
     a = entry.analysis
     overlap = _figure(entry, "overlap")
-    kids = [_run_header(rel, a), html.H3("all-gather / reduce-scatter overlap with compute"),
-            _fig_or_nodata(overlap, "overlap", "fig-overlap")]
+    kids = [
+        _run_header(rel, a),
+        html.H3("all-gather / reduce-scatter overlap with compute"),
+        _fig_or_nodata(overlap, "overlap", "fig-overlap"),
+    ]
     t = R.overlap_table(a.summary)
     if t and overlap is not None:
         kids.append(_table(t))
@@ -361,15 +427,23 @@ def _page_traffic(rel: str, entry: _Entry) -> list:
     if split is None:
         kids.append(_nodata(F.NO_DATA["traffic_split"]))
     else:
-        kids += [_graph(split, "fig-traffic-split"),
-                 _fig_or_nodata(_figure(entry, "traffic_matrix"), "traffic_matrix", "fig-traffic-matrix")]
+        kids += [
+            _graph(split, "fig-traffic-split"),
+            _fig_or_nodata(
+                _figure(entry, "traffic_matrix"), "traffic_matrix", "fig-traffic-matrix"
+            ),
+        ]
         t = R.traffic_table(a.summary)
         if t:
             kids.append(_table(t))
-    kids += [html.H3("collectives"),
-             _fig_or_nodata(_figure(entry, "collective_bandwidth"), "collective_bandwidth", "fig-bandwidth"),
-             _fig_or_nodata(_figure(entry, "collective_time"), "collective_time", "fig-collective-time"),
-             _table(R.collectives_table(a.summary))]
+    kids += [
+        html.H3("collectives"),
+        _fig_or_nodata(
+            _figure(entry, "collective_bandwidth"), "collective_bandwidth", "fig-bandwidth"
+        ),
+        _fig_or_nodata(_figure(entry, "collective_time"), "collective_time", "fig-collective-time"),
+        _table(R.collectives_table(a.summary)),
+    ]
     return kids
 
 
@@ -453,11 +527,17 @@ def _load_plotly_early(app: Dash) -> None:
 
     @app.server.route(app.config.routes_pathname_prefix + name)
     def plotly_js() -> Response:
-        return Response(_plotly_js()[1], mimetype="application/javascript",
-                        headers={"Cache-Control": "public, max-age=31536000, immutable"})
+        return Response(
+            _plotly_js()[1],
+            mimetype="application/javascript",
+            headers={"Cache-Control": "public, max-age=31536000, immutable"},
+        )
 
     app.index_string = app.index_string.replace(
-        "{%css%}", '{%css%}\n        <link rel="preload" as="script" href="' + html_text.escape(url) + '">', 1)
+        "{%css%}",
+        '{%css%}\n        <link rel="preload" as="script" href="' + html_text.escape(url) + '">',
+        1,
+    )
     app.renderer = _RENDERER % json.dumps(url)
 
 
@@ -486,7 +566,9 @@ def _y_window(relayout: Mapping[str, Any]) -> tuple[float, float] | None:
     return None
 
 
-def detail_figure(analysis: Any, relayout: Mapping[str, Any], overview: Any = None) -> tuple[Any, str] | None:
+def detail_figure(
+    analysis: Any, relayout: Mapping[str, Any], overview: Any = None
+) -> tuple[Any, str] | None:
     """The timeline figure for a relayout event (zoom: detail; autorange: ``overview``, built
     if not given), with its info line."""
     tl = F.frame(analysis, "timeline")
@@ -496,8 +578,10 @@ def detail_figure(analysis: Any, relayout: Mapping[str, Any], overview: Any = No
     if relayout.get("xaxis.autorange"):
         fig = overview if overview is not None else F.timeline_overview(tl, bubbles=bubbles)
         meta = fig.layout.meta
-        return fig, (f"overview: {meta['segments']:,} spans in {meta['bins']} bins of {F.fmt_s(meta['bin_s'])} "
-                     "per rank; drag to zoom")
+        return fig, (
+            f"overview: {meta['segments']:,} spans in {meta['bins']} bins of {F.fmt_s(meta['bin_s'])} "
+            "per rank; drag to zoom"
+        )
     xw = _x_window(relayout)
     if xw is None:
         return None
@@ -506,22 +590,36 @@ def detail_figure(analysis: Any, relayout: Mapping[str, Any], overview: Any = No
     ranks = None
     if yw is not None:
         lo, hi = sorted(yw)
-        ranks = [r for i, r in enumerate(lanes) if math.floor(lo) - 1 <= i <= math.ceil(hi) + 1] or None
-    fig = F.timeline_detail(tl, xw[0], xw[1], events=F.frame(analysis, "events"), bubbles=bubbles,
-                            ranks=ranks, y_range=yw)
+        ranks = [
+            r for i, r in enumerate(lanes) if math.floor(lo) - 1 <= i <= math.ceil(hi) + 1
+        ] or None
+    fig = F.timeline_detail(
+        tl,
+        xw[0],
+        xw[1],
+        events=F.frame(analysis, "events"),
+        bubbles=bubbles,
+        ranks=ranks,
+        y_range=yw,
+    )
     meta = fig.layout.meta
     size = len(pio.to_json(fig, validate=False))
     if meta["mode"] == "detail":
-        info = (f"detail: {meta['bars']:,} spans as bars and {meta['events']:,} events in "
-                f"{F.fmt_s(abs(xw[1] - xw[0]))} (payload {size / 1024:.0f} KB)")
+        info = (
+            f"detail: {meta['bars']:,} spans as bars and {meta['events']:,} events in "
+            f"{F.fmt_s(abs(xw[1] - xw[0]))} (payload {size / 1024:.0f} KB)"
+        )
     else:
-        info = (f"binned: {meta['segments']:,} spans in this window (more than {F.MAX_BARS:,}); "
-                f"zoom further for bars (payload {size / 1024:.0f} KB)")
+        info = (
+            f"binned: {meta['segments']:,} spans in this window (more than {F.MAX_BARS:,}); "
+            f"zoom further for bars (payload {size / 1024:.0f} KB)"
+        )
     return fig, info
 
 
-def create_app(root: Path | str, *, analyses: Mapping[str, Any] | None = None,
-               cache_size: int = CACHE_SIZE) -> Dash:
+def create_app(
+    root: Path | str, *, analyses: Mapping[str, Any] | None = None, cache_size: int = CACHE_SIZE
+) -> Dash:
     """The Dash app over the runs under ROOT.
 
     ``analyses`` adds ready-made analyses under the given names (e.g. synthetic runs); they are
@@ -532,29 +630,52 @@ def create_app(root: Path | str, *, analyses: Mapping[str, Any] | None = None,
         raise TracekitError("no such folder", root)
     runs = Runs(root, preloaded=analyses, cache_size=cache_size)
     app = Dash(
-        __name__, title="tracekit", update_title=None, suppress_callback_exceptions=True,
-        assets_folder=str(Path(__file__).with_name("assets")), serve_locally=True,
+        __name__,
+        title="tracekit",
+        update_title=None,
+        suppress_callback_exceptions=True,
+        assets_folder=str(Path(__file__).with_name("assets")),
+        serve_locally=True,
     )
     app.tracekit_runs = runs  # for tests and embedding
     _load_plotly_early(app)
     _warm_figures()
-    app.layout = html.Div([
-        dcc.Location(id="url", refresh=False),
-        html.Header([html.Span("tracekit", className="brand"), html.Nav(id="nav", children=_nav(""))]),
-        html.Div(id="controls"),
-        # only the page callback drives this spinner; each figure has its own dcc.Loading
-        dcc.Loading(html.Div(id="page"), type="circle", delay_show=150, target_components={"page": "children"}),
-    ], className="app")
+    app.layout = html.Div(
+        [
+            dcc.Location(id="url", refresh=False),
+            html.Header(
+                [html.Span("tracekit", className="brand"), html.Nav(id="nav", children=_nav(""))]
+            ),
+            html.Div(id="controls"),
+            # only the page callback drives this spinner; each figure has its own dcc.Loading
+            dcc.Loading(
+                html.Div(id="page"),
+                type="circle",
+                delay_show=150,
+                target_components={"page": "children"},
+            ),
+        ],
+        className="app",
+    )
 
-    @app.callback(Output("nav", "children"), Output("controls", "children"), Output("page", "children"),
-                  Input("url", "pathname"), Input("url", "search"))
+    @app.callback(
+        Output("nav", "children"),
+        Output("controls", "children"),
+        Output("page", "children"),
+        Input("url", "pathname"),
+        Input("url", "search"),
+    )
     def render(pathname: str | None, search: str | None):
         pathname = pathname or "/"
         chosen = _runs_from_search(search)
         listed = runs.list_runs()
         known = {p for p, _ in PAGES}
         if pathname not in known:
-            return _nav(search or ""), [], [_nodata(f"no page {pathname!r}; pages: " + ", ".join(p for p, _ in PAGES))]
+            return (
+                _nav(search or ""),
+                [],
+                [_nodata(f"no page {pathname!r}; pages: " + ", ".join(p for p, _ in PAGES))],
+            )
         if pathname == "/compare":
             valid = []
             for c in chosen:
@@ -564,7 +685,11 @@ def create_app(root: Path | str, *, analyses: Mapping[str, Any] | None = None,
                 except Refused:
                     pass
             options = listed + [c for c in valid if c not in listed]
-            return _nav(search or ""), _run_picker(options, valid, multi=True), _page_compare(runs, chosen)
+            return (
+                _nav(search or ""),
+                _run_picker(options, valid, multi=True),
+                _page_compare(runs, chosen),
+            )
         rel = chosen[0] if chosen else None
         nav = _nav(_search_for([rel]) if rel else "")
         entry = None
@@ -573,27 +698,46 @@ def create_app(root: Path | str, *, analyses: Mapping[str, Any] | None = None,
                 entry = runs.entry(rel)
             except Refused as exc:
                 # the picker shows no value: a refused string is never offered as a choice
-                return nav, _run_picker(listed, None), [html.P(str(exc), className="refusal", id="refusal")]
+                return (
+                    nav,
+                    _run_picker(listed, None),
+                    [html.P(str(exc), className="refusal", id="refusal")],
+                )
             except TracekitError as exc:
-                return (nav, _run_picker(listed + ([rel] if rel not in listed else []), rel),
-                        [html.P(f"could not analyse this run: {runs.message(exc)}", className="warn")])
+                return (
+                    nav,
+                    _run_picker(listed + ([rel] if rel not in listed else []), rel),
+                    [html.P(f"could not analyse this run: {runs.message(exc)}", className="warn")],
+                )
         controls = _run_picker(listed + ([rel] if rel and rel not in listed else []), rel)
         if pathname == "/":
             return nav, controls, _page_index(runs, rel, entry)
         if entry is None:
             return nav, controls, [_nodata("choose a run above")]
-        page = {"/timeline": _page_timeline, "/pipeline": _page_pipeline, "/overlap": _page_overlap,
-                "/traffic": _page_traffic}[pathname]
+        page = {
+            "/timeline": _page_timeline,
+            "/pipeline": _page_pipeline,
+            "/overlap": _page_overlap,
+            "/traffic": _page_traffic,
+        }[pathname]
         return nav, controls, page(rel, entry)
 
-    @app.callback(Output("url", "search"), Input("run-select", "value"), State("url", "search"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output("url", "search"),
+        Input("run-select", "value"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
     def pick_run(value: str | None, search: str | None):
         new = _search_for([value] if value else [])
         return no_update if new == (search or "") else new
 
-    @app.callback(Output("url", "search", allow_duplicate=True), Input("compare-select", "value"),
-                  State("url", "search"), prevent_initial_call=True)
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("compare-select", "value"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
     def pick_runs(values: list[str] | None, search: str | None):
         new = _search_for(list(values or []))
         return no_update if new == (search or "") else new
@@ -607,11 +751,18 @@ def create_app(root: Path | str, *, analyses: Mapping[str, Any] | None = None,
                        || rd['xaxis.range[0]'] !== undefined)) { return rd; }
             return window.dash_clientside.no_update;
         }""",
-        Output("timeline-zoom", "data"), Input("timeline-graph", "relayoutData"), prevent_initial_call=True,
+        Output("timeline-zoom", "data"),
+        Input("timeline-graph", "relayoutData"),
+        prevent_initial_call=True,
     )
 
-    @app.callback(Output("timeline-graph", "figure"), Output("timeline-info", "children"),
-                  Input("timeline-zoom", "data"), State("url", "search"), prevent_initial_call=True)
+    @app.callback(
+        Output("timeline-graph", "figure"),
+        Output("timeline-info", "children"),
+        Input("timeline-zoom", "data"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
     def zoom(relayout: dict | None, search: str | None):
         chosen = _runs_from_search(search)
         if not relayout or not chosen:
@@ -634,8 +785,10 @@ def host_warning(host: str) -> str | None:
     """The stderr warning for a host other than this machine's loopback, else None."""
     if host in LOCAL_HOSTS:
         return None
-    return (f"tracekit dash: warning: serving on {host}, reachable from other machines; the app has "
-            "no authentication and shows every run under the root folder")
+    return (
+        f"tracekit dash: warning: serving on {host}, reachable from other machines; the app has "
+        "no authentication and shows every run under the root folder"
+    )
 
 
 def serve(root: Path | str, host: str = "127.0.0.1", port: int = 8050) -> None:
@@ -644,5 +797,7 @@ def serve(root: Path | str, host: str = "127.0.0.1", port: int = 8050) -> None:
     if warning:
         print(warning, file=sys.stderr)
     app = create_app(root)
-    print(f"tracekit dash: serving {Path(root).resolve()} on http://{host}:{port}/", file=sys.stderr)
+    print(
+        f"tracekit dash: serving {Path(root).resolve()} on http://{host}:{port}/", file=sys.stderr
+    )
     app.run(host=host, port=port, debug=False)

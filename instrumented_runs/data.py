@@ -9,6 +9,7 @@ so the next token is predictable from the previous two: the loss falls quickly f
 by (seed, step): every rank, and the single-process reference, see the same numbers without any
 communication. A data-parallel rank takes its contiguous slice (:func:`rank_slice`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,7 +19,9 @@ from instrumented_runs.model import GPTConfig
 MAX_STRIDE = 8
 
 
-def global_batch(step: int, cfg: GPTConfig, batch_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def global_batch(
+    step: int, cfg: GPTConfig, batch_size: int, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, targets), each int64 of shape (batch_size, seq_len): targets are tokens shifted by one."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
     start = torch.randint(0, cfg.vocab, (batch_size, 1), generator=gen)
@@ -34,4 +37,4 @@ def rank_slice(batch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     if n % world_size:
         raise ValueError(f"global batch {n} does not divide by {world_size} data-parallel ranks")
     per = n // world_size
-    return batch[rank * per:(rank + 1) * per]
+    return batch[rank * per : (rank + 1) * per]

@@ -34,10 +34,11 @@ spans (each holding the ``c10d::allreduce_`` launch) in order bucket0, bucket1, 
 
 Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.dp`` or ``tracekit run dp``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -57,8 +58,8 @@ class Bucket:
     index: int
     params: list[nn.Parameter]
     names: list[str]
-    buffer: torch.Tensor                  # flat gradients; every param.grad is a view into it
-    pending: int = 0                      # gradients not yet accumulated this step
+    buffer: torch.Tensor  # flat gradients; every param.grad is a view into it
+    pending: int = 0  # gradients not yet accumulated this step
     work: dist.Work | None = field(default=None, repr=False)
 
 
@@ -92,13 +93,18 @@ def wait_bucket(bucket: Bucket) -> None:
 class DataParallel:
     """A replica of the model whose gradients are averaged across ``group`` in buckets."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | MasterWeights, group: dist.ProcessGroup,
-                 bucket_cap_bytes: int = BUCKET_CAP_BYTES) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | MasterWeights,
+        group: dist.ProcessGroup,
+        bucket_cap_bytes: int = BUCKET_CAP_BYTES,
+    ) -> None:
         self.model, self.optimizer, self.group = model, optimizer, group
         self.world_size = dist.get_world_size(group)
         self.bucket_cap_bytes = bucket_cap_bytes
         self.buckets = self._build_buckets()
-        self.next_bucket = 0            # DDP launches buckets strictly in order
+        self.next_bucket = 0  # DDP launches buckets strictly in order
         self.before_optimizer: Callable[[], None] | None = None
         broadcast_params(model, group)
         for bucket in self.buckets:
@@ -119,29 +125,39 @@ class DataParallel:
         buckets = []
         for i, members in enumerate(groups):
             params = [p for _, p in members]
-            buffer = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+            buffer = torch.zeros(
+                sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device
+            )
             offset = 0
             for p in params:
-                p.grad = buffer[offset:offset + p.numel()].view_as(p)   # gradient_as_bucket_view
+                p.grad = buffer[offset : offset + p.numel()].view_as(p)  # gradient_as_bucket_view
                 offset += p.numel()
             buckets.append(Bucket(i, params, [n for n, _ in members], buffer, pending=len(params)))
         return buckets
 
     def describe(self) -> list[dict]:
-        return [{"index": b.index, "numel": b.buffer.numel(), "bytes": b.buffer.numel() * b.buffer.element_size(),
-                 "params": b.names} for b in self.buckets]
+        return [
+            {
+                "index": b.index,
+                "numel": b.buffer.numel(),
+                "bytes": b.buffer.numel() * b.buffer.element_size(),
+                "params": b.names,
+            }
+            for b in self.buckets
+        ]
 
     def _grad_ready_hook(self, bucket: Bucket) -> Callable[[nn.Parameter], None]:
         def hook(param: nn.Parameter) -> None:
             bucket.pending -= 1
             if bucket.pending == 0:
                 self._launch_ready_buckets()
+
         return hook
 
     def _launch_ready_buckets(self) -> None:
         while self.next_bucket < len(self.buckets) and self.buckets[self.next_bucket].pending == 0:
             bucket = self.buckets[self.next_bucket]
-            bucket.buffer.div_(self.world_size)            # pre-divide, as DDP's default hook
+            bucket.buffer.div_(self.world_size)  # pre-divide, as DDP's default hook
             bucket.work = all_reduce_bucket(bucket, self.group)
             self.next_bucket += 1
 
@@ -155,7 +171,9 @@ class DataParallel:
     def wait_all(self) -> None:
         if self.next_bucket != len(self.buckets):
             stuck = self.buckets[self.next_bucket]
-            raise RuntimeError(f"bucket {stuck.index} never filled: every parameter must get a gradient")
+            raise RuntimeError(
+                f"bucket {stuck.index} never filled: every parameter must get a gradient"
+            )
         for bucket in self.buckets:
             wait_bucket(bucket)
 
@@ -183,7 +201,9 @@ class DataParallel:
 def main(argv: list[str] | None = None) -> None:
     ctx = harness.start("dp", argv, precisions=PRECISIONS)
     model = GPT(ctx.model_config, seed=ctx.args.seed).to(ctx.device)
-    optimizer, master = setup_precision(model, ctx.args.precision)   # bf16-mixed: bf16 model, fp32 master
+    optimizer, master = setup_precision(
+        model, ctx.args.precision
+    )  # bf16-mixed: bf16 model, fp32 master
     dp = DataParallel(model, master or optimizer, ctx.group)
     ctx.strategy_options.update(bucket_cap_bytes=dp.bucket_cap_bytes, buckets=dp.describe())
     rank, n = dist.get_rank(ctx.group), dist.get_world_size(ctx.group)
@@ -191,8 +211,12 @@ def main(argv: list[str] | None = None) -> None:
     def step(k: int) -> float:
         tokens, targets = ctx.dp_batch(k, rank, n)
         dp.before_optimizer = lambda: ctx.count_memory(
-            k, model.parameters(), [p.grad for p in model.parameters()], optimizer,
-            extra_optimizer=master.master if master else ())
+            k,
+            model.parameters(),
+            [p.grad for p in model.parameters()],
+            optimizer,
+            extra_optimizer=master.master if master else (),
+        )
         return dp.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)

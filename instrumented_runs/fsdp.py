@@ -77,9 +77,11 @@ maps unit index -> fqn (unit i = ``blocks.<i>``, the last unit the root), with s
 
 Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.fsdp`` or ``tracekit run fsdp``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -93,7 +95,7 @@ from instrumented_runs.model import GPT, PRECISIONS, make_optimizer
 from tracekit import capture, labels
 from tracekit.labels import region
 
-DEFAULT_PREFETCH = 1   # DESIGN: the CLI's default
+DEFAULT_PREFETCH = 1  # DESIGN: the CLI's default
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -127,17 +129,19 @@ def set_prefetch(model: GPT, depth: int) -> None:
     if depth == 0:
         return
     blocks = list(model.blocks)
-    model._set_unshard_async_op(True)   # FSDP2's switch for async all-gathers (private in torch 2.13)
-    model.set_modules_to_forward_prefetch(blocks[:depth])                    # root runs first
-    model.set_modules_to_backward_prefetch(blocks[::-1][:depth])             # ... and first in backward
+    model._set_unshard_async_op(
+        True
+    )  # FSDP2's switch for async all-gathers (private in torch 2.13)
+    model.set_modules_to_forward_prefetch(blocks[:depth])  # root runs first
+    model.set_modules_to_backward_prefetch(blocks[::-1][:depth])  # ... and first in backward
     for i, block in enumerate(blocks):
-        block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + depth])
-        block.set_modules_to_backward_prefetch(blocks[max(0, i - depth):i][::-1])
+        block.set_modules_to_forward_prefetch(blocks[i + 1 : i + 1 + depth])
+        block.set_modules_to_backward_prefetch(blocks[max(0, i - depth) : i][::-1])
 
 
 def describe_units(model: GPT) -> list[dict[str, Any]]:
     """run.json ``units``: index, FSDP2's fqn and all-gather label, parameter count, local shard size."""
-    fqns = [f"blocks.{i}" for i in range(len(model.blocks))] + [""]   # "": the root unit
+    fqns = [f"blocks.{i}" for i in range(len(model.blocks))] + [""]  # "": the root unit
 
     def unit_of(name: str) -> str:
         return ".".join(name.split(".")[:2]) if name.startswith("blocks.") else ""
@@ -145,9 +149,15 @@ def describe_units(model: GPT) -> list[dict[str, Any]]:
     units = []
     for i, fqn in enumerate(fqns):
         own = [p for name, p in model.named_parameters() if unit_of(name) == fqn]
-        units.append({"index": i, "fqn": fqn, "label": f"FSDP::all_gather ({fqn})" if fqn else "FSDP::all_gather",
-                      "numel": sum(p.numel() for p in own),
-                      "shard_numel": sum(_local(p).numel() for p in own)})
+        units.append(
+            {
+                "index": i,
+                "fqn": fqn,
+                "label": f"FSDP::all_gather ({fqn})" if fqn else "FSDP::all_gather",
+                "numel": sum(p.numel() for p in own),
+                "shard_numel": sum(_local(p).numel() for p in own),
+            }
+        )
     return units
 
 
@@ -157,8 +167,14 @@ def process_groups(mesh: DeviceMesh, meta_group: dist.ProcessGroup) -> list[dict
     mine = []
     for dim in mesh.mesh_dim_names or ():
         pg = mesh.get_group(dim)
-        mine.append({"name": pg.group_name, "desc": pg.group_desc, "dim": dim,
-                     "ranks": dist.get_process_group_ranks(pg)})
+        mine.append(
+            {
+                "name": pg.group_name,
+                "desc": pg.group_desc,
+                "dim": dim,
+                "ranks": dist.get_process_group_ranks(pg),
+            }
+        )
     everyone: list[Any] = [None] * dist.get_world_size(meta_group)
     dist.all_gather_object(everyone, mine, group=meta_group)
     unique = {(g["dim"], tuple(g["ranks"])): g for groups in everyone for g in groups}
@@ -193,7 +209,7 @@ class FullyShardedTrainer:
         self.model, self.mesh, self.precision, self.prefetch = model, mesh, precision, prefetch
         self.units = shard_model(model, mesh, precision)
         set_prefetch(model, prefetch)
-        self.optimizer = make_optimizer(model.parameters())    # Adam on the DTensor shards
+        self.optimizer = make_optimizer(model.parameters())  # Adam on the DTensor shards
         self.meter = UnshardedAwareActivationMeter(model)
         self.before_optimizer: Callable[[], None] | None = None
 
@@ -201,7 +217,7 @@ class FullyShardedTrainer:
         """Model states from the tensors this rank holds now (every unit resharded)."""
         shards = list(self.model.parameters())
         grads = [p.grad for p in shards]
-        if self.precision == "bf16-mixed":   # the fp32 shard is the master; no bf16 copy at rest
+        if self.precision == "bf16-mixed":  # the fp32 shard is the master; no bf16 copy at rest
             ctx.count_memory(step, [], grads, self.optimizer, extra_optimizer=shards)
         else:
             ctx.count_memory(step, shards, grads, self.optimizer)
@@ -232,11 +248,16 @@ def run(ctx: harness.Context, mesh: DeviceMesh, dp_rank: int, dp_size: int) -> N
     model = GPT(ctx.model_config, seed=ctx.args.seed).to(ctx.device)
     trainer = FullyShardedTrainer(model, mesh, ctx.args.precision, prefetch)
     ctx.strategy_options.update(
-        prefetch=prefetch, unshard_async_op=prefetch > 0, reshard_after_forward="blocks: True, root: False",
+        prefetch=prefetch,
+        unshard_async_op=prefetch > 0,
+        reshard_after_forward="blocks: True, root: False",
         mesh={"shape": list(mesh.shape), "dim_names": list(mesh.mesh_dim_names or ())},
-        units=describe_units(model), process_groups=process_groups(mesh, ctx.meta_group),
+        units=describe_units(model),
+        process_groups=process_groups(mesh, ctx.meta_group),
         mixed_precision={"param_dtype": "bfloat16", "reduce_dtype": "bfloat16"}
-        if ctx.args.precision == "bf16-mixed" else None)
+        if ctx.args.precision == "bf16-mixed"
+        else None,
+    )
     activation_peak = 0
 
     def step(k: int) -> float:

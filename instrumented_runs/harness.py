@@ -20,6 +20,7 @@ Test hooks: ``--fail-rank R`` (or TRACEKIT_FAIL_RANK=R) makes rank R raise at st
 forever at step TRACEKIT_HANG_STEP (default 0), after printing "rank R hangs" to stderr;
 TRACEKIT_SAVE_PARAMS=1 makes every rank save its final parameters.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,10 +29,11 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,30 +42,48 @@ from instrumented_runs.data import global_batch, rank_slice
 from instrumented_runs.model import GPTConfig
 from tracekit import capture, runfolder
 
-OPTIONAL_OPTIONS = ("microbatches", "prefetch")   # used only by the strategies that declare them
+OPTIONAL_OPTIONS = ("microbatches", "prefetch")  # used only by the strategies that declare them
 DEFAULT_GLOBAL_BATCH = 8
 
 
 def build_parser(strategy: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"instrumented_runs.{strategy}", description=f"{strategy} reference run")
+    p = argparse.ArgumentParser(
+        prog=f"instrumented_runs.{strategy}", description=f"{strategy} reference run"
+    )
     p.add_argument("--steps", type=int, default=3, help="profiled steps (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="unprofiled warm-up steps (default 1)")
     p.add_argument("--microbatches", type=int, default=None)
     p.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32")
     p.add_argument("--prefetch", type=int, choices=(0, 1, 2), default=None)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None, help="default: gloo on cpu, nccl on cuda")
-    p.add_argument("--run-dir", type=Path, default=None, help="the run folder (created by the launcher)")
-    p.add_argument("--out", type=Path, default=Path("runs"), help="parent of a new run folder (default ./runs)")
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="default: gloo on cpu, nccl on cuda",
+    )
+    p.add_argument(
+        "--run-dir", type=Path, default=None, help="the run folder (created by the launcher)"
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("runs"), help="parent of a new run folder (default ./runs)"
+    )
     p.add_argument("--nodes", type=int, default=int(os.environ.get("GROUP_WORLD_SIZE", "1")))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--global-batch", type=int, default=DEFAULT_GLOBAL_BATCH, help="sequences per step, all ranks")
+    p.add_argument(
+        "--global-batch",
+        type=int,
+        default=DEFAULT_GLOBAL_BATCH,
+        help="sequences per step, all ranks",
+    )
     p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--fail-step", type=int, default=0, help=argparse.SUPPRESS)
     return p
 
 
-def parse_args(strategy: str, argv: list[str] | None, uses: Iterable[str], precisions: Iterable[str]) -> argparse.Namespace:
+def parse_args(
+    strategy: str, argv: list[str] | None, uses: Iterable[str], precisions: Iterable[str]
+) -> argparse.Namespace:
     """Parse and validate; an option the strategy does not use is an error (exit 2)."""
     parser = build_parser(strategy)
     args = parser.parse_args(argv)
@@ -96,8 +116,8 @@ class Context:
     node: int
     host: str
     device: torch.device
-    group: dist.ProcessGroup          # the world group, for the strategy's collectives
-    meta_group: dist.ProcessGroup     # a gloo group for Python objects and barriers
+    group: dist.ProcessGroup  # the world group, for the strategy's collectives
+    meta_group: dist.ProcessGroup  # a gloo group for Python objects and barriers
     run: Path
     model_config: GPTConfig = field(default_factory=GPTConfig)
     memory: dict[str, Any] | None = None
@@ -116,7 +136,9 @@ class Context:
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The global batch of ``step`` on this rank's device."""
-        tokens, targets = global_batch(step, self.model_config, self.args.global_batch, self.args.seed)
+        tokens, targets = global_batch(
+            step, self.model_config, self.args.global_batch, self.args.seed
+        )
         return tokens.to(self.device), targets.to(self.device)
 
     def dp_batch(self, step: int, dp_rank: int, dp_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,8 +146,14 @@ class Context:
         tokens, targets = self.batch(step)
         return rank_slice(tokens, dp_rank, dp_size), rank_slice(targets, dp_rank, dp_size)
 
-    def count_memory(self, step: int, params: Iterable[torch.Tensor], grads: Iterable[torch.Tensor | None],
-                     optimizer: Any, **kwargs: Any) -> None:
+    def count_memory(
+        self,
+        step: int,
+        params: Iterable[torch.Tensor],
+        grads: Iterable[torch.Tensor | None],
+        optimizer: Any,
+        **kwargs: Any,
+    ) -> None:
         """Count model states if ``step`` is the memory step (call it just before optimizer.step())."""
         if step == self.memory_step:
             self.memory = capture.model_states(params, grads, optimizer, step=step, **kwargs)
@@ -145,7 +173,9 @@ def _single_process_env() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
 
 
 def _nccl_logging(run: Path) -> None:
@@ -161,11 +191,21 @@ def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict
         "schema_version": runfolder.RUN_SCHEMA_VERSION,
         "strategy": ctx.strategy,
         "config": {
-            "steps": a.steps, "warmup": a.warmup, "microbatches": a.microbatches, "precision": a.precision,
-            "prefetch": a.prefetch, "device": a.device, "backend": a.backend, "nodes": a.nodes,
-            "nproc": ctx.world_size, "seed": a.seed, "global_batch_size": a.global_batch,
-            "model": ctx.model_config.as_dict(), "params": ctx.model_config.n_params(),
-            "strategy_options": ctx.strategy_options, "memory_step": ctx.memory_step,
+            "steps": a.steps,
+            "warmup": a.warmup,
+            "microbatches": a.microbatches,
+            "precision": a.precision,
+            "prefetch": a.prefetch,
+            "device": a.device,
+            "backend": a.backend,
+            "nodes": a.nodes,
+            "nproc": ctx.world_size,
+            "seed": a.seed,
+            "global_batch_size": a.global_batch,
+            "model": ctx.model_config.as_dict(),
+            "params": ctx.model_config.n_params(),
+            "strategy_options": ctx.strategy_options,
+            "memory_step": ctx.memory_step,
         },
         "world_size": ctx.world_size,
         "backend": a.backend,
@@ -173,38 +213,55 @@ def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict
         "precision": a.precision,
         "versions": capture.versions(),
         "environment": capture.environment(
-            gpu=torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else None),
+            gpu=torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else None
+        ),
         "topology": topology,
         "status": status,
         "errors": [],
     }
 
 
-def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] = (),
-          precisions: Iterable[str] = ("fp32",), splits_batch: bool = True) -> Context:
+def start(
+    strategy: str,
+    argv: list[str] | None = None,
+    *,
+    uses: Iterable[str] = (),
+    precisions: Iterable[str] = ("fp32",),
+    splits_batch: bool = True,
+) -> Context:
     """Parse options, join the process group, agree on the run folder, write run.json (rank 0).
 
     ``splits_batch``: the global batch is divided among the ranks (data parallel); pipelines
     divide it into microbatches instead and check that themselves."""
     args = parse_args(strategy, argv, uses, precisions)
-    capture.exit_on_first_sigterm()   # a stopped rank still writes its trace
-    torch.set_num_threads(1)   # torchrun sets OMP_NUM_THREADS=1, but not every launcher does
+    capture.exit_on_first_sigterm()  # a stopped rank still writes its trace
+    torch.set_num_threads(1)  # torchrun sets OMP_NUM_THREADS=1, but not every launcher does
     _single_process_env()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if world_size % args.nodes:
-        raise SystemExit(f"{strategy}: world size {world_size} does not divide by --nodes {args.nodes}")
+        raise SystemExit(
+            f"{strategy}: world size {world_size} does not divide by --nodes {args.nodes}"
+        )
     if splits_batch and args.global_batch % world_size:
-        raise SystemExit(f"{strategy}: --global-batch {args.global_batch} does not divide by {world_size} ranks")
+        raise SystemExit(
+            f"{strategy}: --global-batch {args.global_batch} does not divide by {world_size} ranks"
+        )
     device = torch.device("cpu")
     if args.device == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())   # gloo ranks may share a GPU
+        device = torch.device(
+            "cuda", local_rank % torch.cuda.device_count()
+        )  # gloo ranks may share a GPU
         torch.cuda.set_device(device)
     if args.run_dir is not None and args.backend == "nccl":
         _nccl_logging(args.run_dir)
     dist.init_process_group(backend=args.backend, timeout=timedelta(minutes=10))
     group = dist.group.WORLD
-    meta_group = group if args.backend == "gloo" else dist.new_group(backend="gloo", group_desc="tracekit_meta")
+    meta_group = (
+        group
+        if args.backend == "gloo"
+        else dist.new_group(backend="gloo", group_desc="tracekit_meta")
+    )
 
     # phase: agree on the run folder (rank 0 creates it unless the launcher did)
     box: list[Any] = [str(args.run_dir) if args.run_dir else None]
@@ -223,10 +280,14 @@ def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] =
     me = {"rank": rank, "node": node, "host": host, "local_rank": local_rank}
     everyone: list[Any] = [None] * world_size
     dist.all_gather_object(everyone, me, group=meta_group)
-    ctx = Context(strategy, args, rank, world_size, local_rank, node, host, device, group, meta_group, run)
+    ctx = Context(
+        strategy, args, rank, world_size, local_rank, node, host, device, group, meta_group, run
+    )
     ctx.topology = sorted(everyone, key=lambda r: r["rank"])
     if rank == 0:
-        runfolder.write_json_atomic(runfolder.run_json_path(run), _run_json(ctx, ctx.topology, "running"))
+        runfolder.write_json_atomic(
+            runfolder.run_json_path(run), _run_json(ctx, ctx.topology, "running")
+        )
         _log(f"[{strategy}] {world_size} ranks, {args.backend} on {args.device}, run folder {run}")
     return ctx
 
@@ -237,9 +298,11 @@ def start(strategy: str, argv: list[str] | None = None, *, uses: Iterable[str] =
 def _one_step(ctx: Context, k: int, step_fn: Callable[[int], float], losses: list[float]) -> None:
     if ctx.args.fail_rank == ctx.rank and ctx.args.fail_step == k:
         raise RuntimeError(f"injected failure on rank {ctx.rank} at step {k} (test hook)")
-    if os.environ.get("TRACEKIT_HANG_RANK") == str(ctx.rank) and os.environ.get("TRACEKIT_HANG_STEP", "0") == str(k):
+    if os.environ.get("TRACEKIT_HANG_RANK") == str(ctx.rank) and os.environ.get(
+        "TRACEKIT_HANG_STEP", "0"
+    ) == str(k):
         _log(f"[{ctx.strategy}] rank {ctx.rank} hangs at step {k} (test hook)")
-        while True:   # a hang: only a signal ends it
+        while True:  # a hang: only a signal ends it
             time.sleep(3600)
     t0 = time.perf_counter()
     loss = float(step_fn(k))
@@ -247,7 +310,9 @@ def _one_step(ctx: Context, k: int, step_fn: Callable[[int], float], losses: lis
     losses.append(loss)
     if ctx.rank == 0:
         kind = "warm-up" if k < ctx.args.warmup else "profiled"
-        _log(f"[{ctx.strategy}] step {k} ({kind}) loss {loss:.4f} {ctx.step_times[-1] * 1e3:.1f} ms")
+        _log(
+            f"[{ctx.strategy}] step {k} ({kind}) loss {loss:.4f} {ctx.step_times[-1] * 1e3:.1f} ms"
+        )
 
 
 def train(ctx: Context, step_fn: Callable[[int], float]) -> list[float]:
@@ -257,14 +322,14 @@ def train(ctx: Context, step_fn: Callable[[int], float]) -> list[float]:
         # phase: warm-up (allocators, gloo connections, autograd caches), not traced
         for k in range(ctx.args.warmup):
             _one_step(ctx, k, step_fn, losses)
-        dist.barrier(group=ctx.meta_group)   # line the ranks up before the traced window
+        dist.barrier(group=ctx.meta_group)  # line the ranks up before the traced window
         # phase: profiled steps, one ProfilerStep#<n> each
         with capture.profile(ctx.run, ctx.rank, ctx.args.steps, ctx.device.type) as prof:
             for k in range(ctx.args.warmup, ctx.total_steps):
                 _one_step(ctx, k, step_fn, losses)
                 prof.step()
     except BaseException as exc:
-        capture.dump_flight_recorder(ctx.run, ctx.rank)   # most useful exactly when something broke
+        capture.dump_flight_recorder(ctx.run, ctx.rank)  # most useful exactly when something broke
         if isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
             # stopped (timeout, a peer died): the trace is written; leave now, since tearing down
             # a process group whose peers are blocked can wait forever and keeps them blocked
@@ -274,8 +339,12 @@ def train(ctx: Context, step_fn: Callable[[int], float]) -> list[float]:
     return losses
 
 
-def finish(ctx: Context, losses: list[float], params: dict[str, torch.Tensor] | None = None,
-           activation_peak_bytes: int | None = None) -> None:
+def finish(
+    ctx: Context,
+    losses: list[float],
+    params: dict[str, torch.Tensor] | None = None,
+    activation_peak_bytes: int | None = None,
+) -> None:
     """Write train/, memory/, flight recorder; rank 0 marks run.json ok; leave the group cleanly.
 
     activation_peak_bytes: the peak of an ActivationMeter over the run, stored beside the model
@@ -283,14 +352,21 @@ def finish(ctx: Context, losses: list[float], params: dict[str, torch.Tensor] | 
     w = ctx.args.warmup
     if ctx.memory is not None and activation_peak_bytes is not None:
         ctx.memory["activation_peak_bytes"] = activation_peak_bytes
-    capture.write_train(ctx.run, ctx.rank, losses, step_times_s=ctx.step_times,
-                        profiled=[k >= w for k in range(len(losses))], warmup=w, steps=ctx.args.steps)
+    capture.write_train(
+        ctx.run,
+        ctx.rank,
+        losses,
+        step_times_s=ctx.step_times,
+        profiled=[k >= w for k in range(len(losses))],
+        warmup=w,
+        steps=ctx.args.steps,
+    )
     if ctx.memory is not None:
         capture.write_memory(ctx.run, ctx.rank, ctx.memory)
     if params is not None and os.environ.get("TRACEKIT_SAVE_PARAMS") == "1":
         capture.save_params(ctx.run, ctx.rank, params)
     capture.dump_flight_recorder(ctx.run, ctx.rank)
-    dist.barrier(group=ctx.meta_group)   # every rank's files are written before "ok"
+    dist.barrier(group=ctx.meta_group)  # every rank's files are written before "ok"
     if ctx.rank == 0:
         data = runfolder.load_run_json(ctx.run) or _run_json(ctx, ctx.topology, "running")
         data["config"]["strategy_options"] = ctx.strategy_options
@@ -312,7 +388,7 @@ def entrypoint(main: Callable[[], None]) -> None:
 
     try:
         record(main)()
-    except Exception:   # noqa: BLE001 - recorded by `record`; shown here; SystemExit passes
+    except Exception:  # noqa: BLE001 - recorded by `record`; shown here; SystemExit passes
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -32,6 +32,7 @@ group name as in the flight recorder's ``process_group`` and the trace's ``distr
 Options: ``--nodes K`` (K >= 2) and at least 2 ranks per node (a shard group of one is plain DP).
 Run: ``tracekit run hsdp --nproc 4 --nodes 2``.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,7 +56,9 @@ def check_layout(world_size: int, nodes: int) -> str | None:
 
 def hybrid_mesh(device_type: str, nodes: int, world_size: int) -> DeviceMesh:
     """(replicate = nodes, shard = ranks per node): row k of the mesh is node k's ranks."""
-    return init_device_mesh(device_type, (nodes, world_size // nodes), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(
+        device_type, (nodes, world_size // nodes), mesh_dim_names=("replicate", "shard")
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     ctx = harness.start("hsdp", argv, uses=("prefetch",), precisions=PRECISIONS)
     mesh = hybrid_mesh(ctx.device.type, ctx.args.nodes, ctx.world_size)
     ctx.strategy_options.update(shard_size=mesh.size(1), replicate_size=mesh.size(0))
-    fsdp.run(ctx, mesh, ctx.rank, ctx.world_size)   # every rank trains on its own slice
+    fsdp.run(ctx, mesh, ctx.rank, ctx.world_size)  # every rank trains on its own slice
 
 
 if __name__ == "__main__":

@@ -17,11 +17,13 @@ Parameter count (Psi), with d = d_model, V = vocab, T = seq_len, L = n_layers::
 contiguous run of blocks, ZeRO-3 / FSDP make each block a unit. Initialisation draws from a
 private generator seeded by ``seed``: the same seed gives bit-identical weights in every process.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -130,7 +132,11 @@ def init_weights(model: nn.Module, seed: int) -> None:
             elif ".ln" in name or name.startswith("ln"):
                 p.fill_(1.0)
             else:
-                std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(("proj.weight", "out.weight")) else 0.02
+                std = (
+                    0.02 / math.sqrt(2 * n_layers)
+                    if name.endswith(("proj.weight", "out.weight"))
+                    else 0.02
+                )
                 p.copy_(torch.randn(p.shape, generator=gen) * std)
 
 
@@ -165,7 +171,9 @@ class MasterWeights:
                 m.grad = None
 
 
-def setup_precision(model: nn.Module, precision: str) -> tuple[torch.optim.Optimizer, MasterWeights | None]:
+def setup_precision(
+    model: nn.Module, precision: str
+) -> tuple[torch.optim.Optimizer, MasterWeights | None]:
     """Cast the model and build the optimizer for ``precision``; (optimizer, master weights or None).
 
     fp32: Adam on the parameters themselves. bf16-mixed: the model becomes bf16 and Adam updates

@@ -44,6 +44,7 @@ Memory. :class:`tracekit.capture.ActivationMeter` (parameters excluded) counts t
 keeps for backward on this stage; a microbatch's are freed by its backward. So the peak is
 (max in-flight microbatches) x (bytes per microbatch): m x for GPipe, (p-s) x for 1F1B.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,8 @@ from instrumented_runs.model import GPT, GPTConfig, loss_fn
 from tracekit import capture, labels
 from tracekit.labels import region
 
-SEND_WAIT = "sends"     # comm:wait:sends, the flush's wait for outstanding isends
-LOSS = "loss"           # comm:broadcast:loss, the last stage's loss to every rank
+SEND_WAIT = "sends"  # comm:wait:sends, the flush's wait for outstanding isends
+LOSS = "loss"  # comm:broadcast:loss, the last stage's loss to every rank
 # Pipeline runs default to 64 sequences per step (8 per microbatch at m = 8): with 1-sequence
 # microbatches a forward is mostly Python overhead and gloo's per-message latency rivals it
 # (measured, p=4, m=8, 2 cores shared, receives not yet posted ahead: measured - replay bubble
@@ -96,7 +97,7 @@ class Stage(nn.Module):
         self.lo, self.hi = stage_layers(cfg.n_layers, stages, stage)
         if self.first:
             self.tok_emb, self.pos_emb = gpt.tok_emb, gpt.pos_emb
-        self.blocks = nn.ModuleList(gpt.blocks[self.lo:self.hi])
+        self.blocks = nn.ModuleList(gpt.blocks[self.lo : self.hi])
         if self.last:
             self.ln_f, self.head = gpt.ln_f, gpt.head
 
@@ -119,7 +120,9 @@ class Stage(nn.Module):
         return {self.global_name(k): v for k, v in self.state_dict().items()}
 
 
-def split_microbatches(tokens: torch.Tensor, targets: torch.Tensor, m: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def split_microbatches(
+    tokens: torch.Tensor, targets: torch.Tensor, m: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """m contiguous microbatches of the global batch (B must divide by m)."""
     return [(rank_slice(tokens, j, m), rank_slice(targets, j, m)) for j in range(m)]
 
@@ -138,7 +141,9 @@ def _buffer(shape: tuple[int, ...], group: dist.ProcessGroup, device: torch.devi
 
 
 def _isend(t: torch.Tensor, dst: int, group: dist.ProcessGroup) -> dist.Work:
-    return dist.isend(t.contiguous().cpu() if _via_host(group) else t.contiguous(), dst=dst, group=group)
+    return dist.isend(
+        t.contiguous().cpu() if _via_host(group) else t.contiguous(), dst=dst, group=group
+    )
 
 
 def send_activation(x: torch.Tensor, mb: int, dst: int, group: dist.ProcessGroup) -> dist.Work:
@@ -160,7 +165,14 @@ class PostedRecv:
     another process, on the pipeline's critical path even when the send was long done (measured,
     p=4, m=8 on 2 shared cores: such a receive took 3-6 ms median; posted ahead, 0.07 ms)."""
 
-    def __init__(self, mb: int, src: int, shape: tuple[int, ...], group: dist.ProcessGroup, device: torch.device) -> None:
+    def __init__(
+        self,
+        mb: int,
+        src: int,
+        shape: tuple[int, ...],
+        group: dist.ProcessGroup,
+        device: torch.device,
+    ) -> None:
         self.mb, self.device = mb, device
         self.buf = _buffer(shape, group, device)
         self.work = dist.irecv(self.buf, src=src, group=group)
@@ -181,8 +193,11 @@ def wait_sends(works: list[dist.Work], *qualifiers: str) -> None:
 
 def broadcast_loss(loss: float, src: int, group: dist.ProcessGroup) -> float:
     """The step's loss lives on the last stage; give it to every rank (for the log)."""
-    t = torch.tensor([loss], dtype=torch.float64,
-                     device="cpu" if _via_host(group) else torch.device("cuda", torch.cuda.current_device()))
+    t = torch.tensor(
+        [loss],
+        dtype=torch.float64,
+        device="cpu" if _via_host(group) else torch.device("cuda", torch.cuda.current_device()),
+    )
     with region(labels.comm("broadcast", LOSS)):
         dist.broadcast(t, src=src, group=group)
     return float(t.item())
@@ -198,7 +213,9 @@ class StageRunner:
     backward; counts in-flight microbatches and activation bytes (ActivationMeter) per step.
     """
 
-    def __init__(self, stage: Stage, group: dist.ProcessGroup, microbatches: int, mb_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, stage: Stage, group: dist.ProcessGroup, microbatches: int, mb_shape: tuple[int, ...]
+    ) -> None:
         self.stage, self.group, self.m, self.mb_shape = stage, group, microbatches, mb_shape
         self.s, self.p = stage.stage, stage.stages
         self.device = next(stage.parameters()).device
@@ -207,14 +224,16 @@ class StageRunner:
         self.next = dist.get_global_rank(group, rank + 1) if not stage.last else None
         self.last_rank = dist.get_global_rank(group, self.p - 1)
         self.meter = capture.ActivationMeter(exclude=stage.parameters())
-        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # mb -> (input, output or loss)
+        self.saved: dict[
+            int, tuple[torch.Tensor, torch.Tensor]
+        ] = {}  # mb -> (input, output or loss)
         self.sends: list[dist.Work] = []
         self.expected: dict[str, deque[int]] = {"act": deque(), "grad": deque()}
         self.posted: dict[str, deque[PostedRecv]] = {"act": deque(), "grad": deque()}
-        self.losses: dict[int, float] = {}        # mb -> unscaled loss (last stage)
+        self.losses: dict[int, float] = {}  # mb -> unscaled loss (last stage)
         self.inflight = 0
         self.bytes_per_microbatch = 0
-        self.steps: list[dict[str, int]] = []      # per step: max in flight, activation peak
+        self.steps: list[dict[str, int]] = []  # per step: max in flight, activation peak
 
     # per-step bookkeeping (ActivationMeter peak and in-flight maximum)
     def begin_step(self) -> None:
@@ -222,8 +241,14 @@ class StageRunner:
         self._max_inflight = self.inflight
 
     def end_step(self, step: int, **extra: int) -> None:
-        self.steps.append({"step": step, "max_inflight_microbatches": self._max_inflight,
-                           "activation_peak_bytes": self.meter.peak_bytes, **extra})
+        self.steps.append(
+            {
+                "step": step,
+                "max_inflight_microbatches": self._max_inflight,
+                "activation_peak_bytes": self.meter.peak_bytes,
+                **extra,
+            }
+        )
 
     def expect(self, what: str, mbs: Iterable[int]) -> None:
         """The microbatches whose activations (``"act"``, from upstream) or output gradients
@@ -237,7 +262,11 @@ class StageRunner:
     def _post(self, what: str) -> None:
         if self.expected[what]:
             src = self.prev if what == "act" else self.next
-            self.posted[what].append(PostedRecv(self.expected[what].popleft(), src, self.mb_shape, self.group, self.device))
+            self.posted[what].append(
+                PostedRecv(
+                    self.expected[what].popleft(), src, self.mb_shape, self.group, self.device
+                )
+            )
 
     def _receive(self, what: str, mb: int) -> torch.Tensor:
         """Microbatch ``mb``'s input (act) or output gradient (grad): inside its ``comm:recv`` span,
@@ -247,15 +276,27 @@ class StageRunner:
         direction, so 1F1B still holds p - s microbatches and not m."""
         src = self.prev if what == "act" else self.next
         with region(labels.p2p("recv", what, mb, src)):
-            posted = (self.posted[what].popleft() if self.posted[what]
-                      else PostedRecv(mb, src, self.mb_shape, self.group, self.device))
-            if posted.mb != mb:     # gloo matches receives in posting order: mb would get another's data
-                raise RuntimeError(f"stage {self.s}: {what} of microbatch {mb} needed, {posted.mb} expected next")
+            posted = (
+                self.posted[what].popleft()
+                if self.posted[what]
+                else PostedRecv(mb, src, self.mb_shape, self.group, self.device)
+            )
+            if (
+                posted.mb != mb
+            ):  # gloo matches receives in posting order: mb would get another's data
+                raise RuntimeError(
+                    f"stage {self.s}: {what} of microbatch {mb} needed, {posted.mb} expected next"
+                )
             self._post(what)
             return posted.wait()
 
-    def forward(self, mb: int, tokens: torch.Tensor | None, targets: torch.Tensor | None,
-                version: int | None = None) -> None:
+    def forward(
+        self,
+        mb: int,
+        tokens: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        version: int | None = None,
+    ) -> None:
         """Receive (not on stage 0), compute F, send downstream (not on the last stage)."""
         x = tokens if self.stage.first else self._receive("act", mb)
         if not self.stage.first:
@@ -264,8 +305,8 @@ class StageRunner:
         with region(labels.pipeline("F", self.s, mb, version)), self.meter:
             y = self.stage(x)
             if self.stage.last:
-                y = loss_fn(y, targets) / self.m          # loss scaling: L = (1/m) sum_j L_j
-        added = self.meter.current_bytes - before   # the smallest is the steady per-microbatch size
+                y = loss_fn(y, targets) / self.m  # loss scaling: L = (1/m) sum_j L_j
+        added = self.meter.current_bytes - before  # the smallest is the steady per-microbatch size
         self.bytes_per_microbatch = min(self.bytes_per_microbatch or added, added)
         self.saved[mb] = (x, y)
         self.inflight += 1
@@ -275,7 +316,9 @@ class StageRunner:
         else:
             self.sends.append(send_activation(y.detach(), mb, self.next, self.group))
 
-    def backward(self, mb: int, version: int | None = None, staleness: int | None = None) -> torch.Tensor | None:
+    def backward(
+        self, mb: int, version: int | None = None, staleness: int | None = None
+    ) -> torch.Tensor | None:
         """Receive dL/d(output) (not on the last stage), compute B, send dL/d(input) upstream.
         Returns the received output gradient (None on the last stage)."""
         x, y = self.saved.pop(mb)
@@ -302,7 +345,9 @@ class StageRunner:
         return sum(self.losses.pop(j) for j in mbs) / len(mbs)
 
 
-def flush(runner: StageRunner, optimizer: torch.optim.Optimizer, before_optimizer: Callable[[], None]) -> float:
+def flush(
+    runner: StageRunner, optimizer: torch.optim.Optimizer, before_optimizer: Callable[[], None]
+) -> float:
     """The synchronous flush of GPipe and 1F1B: every send received, then one optimizer step
     (``before_optimizer`` first: the memory count), then the step's loss to every rank."""
     wait_sends(runner.sends)
@@ -327,17 +372,22 @@ def check_layout(world_size: int, nodes: int) -> str | None:
 def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]:
     """Stage of this rank, its runner and m; records the pipeline options in run.json."""
     p, cfg = ctx.world_size, ctx.model_config
-    m = ctx.args.microbatches or 2 * p             # default: m = 2p
+    m = ctx.args.microbatches or 2 * p  # default: m = 2p
     problem = check_layout(p, ctx.args.nodes)
     if problem:
         raise SystemExit(f"{ctx.strategy}: {problem}")
     if ctx.args.global_batch % m:
-        raise SystemExit(f"{ctx.strategy}: --global-batch {ctx.args.global_batch} does not divide into {m} microbatches")
+        raise SystemExit(
+            f"{ctx.strategy}: --global-batch {ctx.args.global_batch} does not divide into {m} microbatches"
+        )
     stage = Stage(cfg, ctx.args.seed, dist.get_rank(ctx.group), p).to(ctx.device)
     mb_shape = (ctx.args.global_batch // m, cfg.seq_len, cfg.d_model)
     runner = StageRunner(stage, ctx.group, m, mb_shape)
     ctx.strategy_options.update(
-        schedule=schedule, stages=p, microbatches=m, microbatch_size=mb_shape[0],
+        schedule=schedule,
+        stages=p,
+        microbatches=m,
+        microbatch_size=mb_shape[0],
         stage_layers=[list(stage_layers(cfg.n_layers, p, s)) for s in range(p)],
         bubble_fraction_theory=(p - 1) / (m + p - 1) if schedule != "pipedream" else None,
     )
@@ -350,11 +400,14 @@ def record_memory(ctx: harness.Context, runner: StageRunner, **extra: Any) -> No
     if ctx.memory is None:
         return
     ctx.memory.update(
-        stage=runner.s, stages=runner.p, microbatches=runner.m,
+        stage=runner.s,
+        stages=runner.p,
+        microbatches=runner.m,
         activation_peak_bytes=max(s["activation_peak_bytes"] for s in profiled),
         activation_bytes_per_microbatch=runner.bytes_per_microbatch,
         max_inflight_microbatches=max(s["max_inflight_microbatches"] for s in profiled),
-        per_step=runner.steps, **extra,
+        per_step=runner.steps,
+        **extra,
     )
 
 
@@ -363,4 +416,3 @@ def share_losses(ctx: harness.Context, runner: StageRunner, losses: list[float])
     box = [losses]
     dist.broadcast_object_list(box, src=runner.last_rank, group=ctx.meta_group)
     return box[0]
-

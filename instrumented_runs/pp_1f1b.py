@@ -41,14 +41,21 @@ within noise of GPipe's on the same settings.
 Run: ``tracekit run pp-1f1b --nproc 4 --microbatches 8`` or
 ``torchrun --nproc-per-node 4 -m instrumented_runs.pp_1f1b --microbatches 8``.
 """
+
 from __future__ import annotations
 
 import torch
 
 from instrumented_runs import harness
 from instrumented_runs.model import make_optimizer
-from instrumented_runs.pipeline import (StageRunner, flush, record_memory, setup,
-                                        split_microbatches, with_defaults)
+from instrumented_runs.pipeline import (
+    StageRunner,
+    flush,
+    record_memory,
+    setup,
+    split_microbatches,
+    with_defaults,
+)
 from tracekit import labels
 from tracekit.labels import region
 
@@ -56,10 +63,10 @@ from tracekit.labels import region
 def one_f_one_b_order(p: int, r: int, n: int) -> list[tuple[str, int]]:
     """The 1F1B op order of n microbatches on stage r: warm-up, steady 1F1B, cool-down."""
     w = min(p - r - 1, n)
-    order = [("F", j) for j in range(w)]                      # warm-up
-    for i in range(n - w):                                     # steady state
+    order = [("F", j) for j in range(w)]  # warm-up
+    for i in range(n - w):  # steady state
         order += [("F", w + i), ("B", i)]
-    order += [("B", j) for j in range(n - w, n)]               # cool-down
+    order += [("B", j) for j in range(n - w, n)]  # cool-down
     return order
 
 
@@ -76,7 +83,7 @@ class OneFOneB:
         warmup = min(p - s - 1, m)
         r.begin_step()
         with region(labels.STEP):
-            r.expect("act", range(m))       # posted one ahead: the transfer overlaps compute
+            r.expect("act", range(m))  # posted one ahead: the transfer overlaps compute
             r.expect("grad", range(m))
             with region(labels.ZERO_GRAD):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -105,7 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     def step(k: int) -> float:
         tokens, targets = ctx.batch(k)
         sched.before_optimizer = lambda: ctx.count_memory(
-            k, stage.parameters(), [p.grad for p in stage.parameters()], optimizer)
+            k, stage.parameters(), [p.grad for p in stage.parameters()], optimizer
+        )
         return sched.train_step(k, tokens, targets)
 
     losses = harness.train(ctx, step)

@@ -39,14 +39,21 @@ every stage; the analysis's bubble_fraction should sit near (p-1)/(m+p-1) and ne
 Run: ``tracekit run pp-gpipe --nproc 4 --microbatches 8`` or
 ``torchrun --nproc-per-node 4 -m instrumented_runs.pp_gpipe --microbatches 8``.
 """
+
 from __future__ import annotations
 
 import torch
 
 from instrumented_runs import harness
 from instrumented_runs.model import make_optimizer
-from instrumented_runs.pipeline import (StageRunner, flush, record_memory, setup,
-                                        split_microbatches, with_defaults)
+from instrumented_runs.pipeline import (
+    StageRunner,
+    flush,
+    record_memory,
+    setup,
+    split_microbatches,
+    with_defaults,
+)
 from tracekit import labels
 from tracekit.labels import region
 
@@ -63,7 +70,7 @@ class GPipe:
         micro = split_microbatches(tokens, targets, m)
         r.begin_step()
         with region(labels.STEP):
-            r.expect("act", range(m))       # posted one ahead: the transfer overlaps compute
+            r.expect("act", range(m))  # posted one ahead: the transfer overlaps compute
             r.expect("grad", range(m))
             with region(labels.ZERO_GRAD):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -88,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     def step(k: int) -> float:
         tokens, targets = ctx.batch(k)
         gpipe.before_optimizer = lambda: ctx.count_memory(
-            k, stage.parameters(), [p.grad for p in stage.parameters()], optimizer)
+            k, stage.parameters(), [p.grad for p in stage.parameters()], optimizer
+        )
         return gpipe.train_step(k, tokens, targets)
 
     losses = harness.train(ctx, step)

@@ -40,21 +40,30 @@ in GPipe, no ``comm:wait:sends`` flush (only ``comm:wait:sends:end`` when traini
 
 Run: ``tracekit run pp-pipedream --nproc 4 --microbatches 8``.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import os
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from instrumented_runs import harness
 from instrumented_runs.model import LR
-from instrumented_runs.pipeline import (StageRunner, record_memory, setup, share_losses, split_microbatches,
-                                        wait_sends, with_defaults)
+from instrumented_runs.pipeline import (
+    StageRunner,
+    record_memory,
+    setup,
+    share_losses,
+    split_microbatches,
+    wait_sends,
+    with_defaults,
+)
 from instrumented_runs.pp_1f1b import one_f_one_b_order
 from tracekit import labels, runfolder
 from tracekit.labels import region
@@ -63,18 +72,27 @@ from tracekit.labels import region
 class PipeDream:
     """One stage of an asynchronous PipeDream pipeline with weight stashing."""
 
-    def __init__(self, runner: StageRunner, optimizer: torch.optim.Optimizer, total_steps: int,
-                 batch_of: Callable[[int], tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def __init__(
+        self,
+        runner: StageRunner,
+        optimizer: torch.optim.Optimizer,
+        total_steps: int,
+        batch_of: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    ) -> None:
         self.runner, self.optimizer, self.batch_of = runner, optimizer, batch_of
         p, s, m = runner.p, runner.s, runner.m
-        self.stream = one_f_one_b_order(p, s, total_steps * m)   # warm-up once, cool-down once
-        self.slots = [(mod, name) for mod in runner.stage.modules() for name, _ in mod.named_parameters(recurse=False)]
-        self.version = 0                                  # updates applied so far
-        self.versions: dict[int, list[nn.Parameter]] = {0: self.live()}   # version -> its tensors
-        self.users: Counter[int] = Counter()               # version -> microbatches in flight using it
-        self.used: dict[int, int] = {}                     # microbatch -> version its forward used
-        self.log: list[dict[str, Any]] = []                # per microbatch: versions and staleness
-        self.batches: dict[int, list] = {}                 # step -> its microbatches
+        self.stream = one_f_one_b_order(p, s, total_steps * m)  # warm-up once, cool-down once
+        self.slots = [
+            (mod, name)
+            for mod in runner.stage.modules()
+            for name, _ in mod.named_parameters(recurse=False)
+        ]
+        self.version = 0  # updates applied so far
+        self.versions: dict[int, list[nn.Parameter]] = {0: self.live()}  # version -> its tensors
+        self.users: Counter[int] = Counter()  # version -> microbatches in flight using it
+        self.used: dict[int, int] = {}  # microbatch -> version its forward used
+        self.log: list[dict[str, Any]] = []  # per microbatch: versions and staleness
+        self.batches: dict[int, list] = {}  # step -> its microbatches
         self.count_memory = lambda: None
         self.check: dict[str, Any] | None = None
 
@@ -101,29 +119,39 @@ class PipeDream:
         staleness = self.version - u
         x = self.runner.input_of(g).detach().clone() if self._want_check(staleness) else None
         grad_out = self.runner.backward(g, version=u, staleness=staleness)
-        got = [v for v, ts in self.versions.items() if ts[0].grad is not None]   # who got the gradient
+        got = [
+            v for v, ts in self.versions.items() if ts[0].grad is not None
+        ]  # who got the gradient
         if x is not None:
             self._save_check(g, u, x, grad_out)
         latest_v = self.version
         with region(labels.OPTIMIZER):
             for latest, stashed in zip(self.live(), self.versions[u]):
-                if latest is not stashed:                  # gradient of version u -> latest weights
+                if latest is not stashed:  # gradient of version u -> latest weights
                     latest.grad, stashed.grad = stashed.grad, None
             self.users[u] -= 1
             if self.users[u] == 0 and u != latest_v:
-                del self.versions[u]                        # no microbatch needs version u any more
+                del self.versions[u]  # no microbatch needs version u any more
             if self.users[latest_v] > 0:
-                self._copy_on_write()                       # versions[latest_v] stays, as a stash
+                self._copy_on_write()  # versions[latest_v] stays, as a stash
             else:
-                del self.versions[latest_v]                 # nobody needs it: update in place
+                del self.versions[latest_v]  # nobody needs it: update in place
             self.count_memory()
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.version = latest_v + 1
             self.versions[self.version] = self.live()
-        self.log.append({"mb": g, "step": g // self.runner.m, "microbatch": g % self.runner.m, "f_version": u,
-                         "b_version": got[0] if len(got) == 1 else None, "staleness": staleness,
-                         "update_version": self.version})
+        self.log.append(
+            {
+                "mb": g,
+                "step": g // self.runner.m,
+                "microbatch": g % self.runner.m,
+                "f_version": u,
+                "b_version": got[0] if len(got) == 1 else None,
+                "staleness": staleness,
+                "update_version": self.version,
+            }
+        )
 
     def _copy_on_write(self) -> None:
         """Swap fresh copies of the latest tensors into the stage and the optimizer; the old
@@ -138,7 +166,11 @@ class PipeDream:
             if p in self.optimizer.state:
                 self.optimizer.state[fresh] = self.optimizer.state.pop(p)
         # the meter skips parameters by storage: the live ones and every stashed version
-        self.runner.meter._exclude = {t.untyped_storage().data_ptr() for ts in (*self.versions.values(), self.live()) for t in ts}
+        self.runner.meter._exclude = {
+            t.untyped_storage().data_ptr()
+            for ts in (*self.versions.values(), self.live())
+            for t in ts
+        }
 
     def versions_held(self) -> int:
         return len(self.versions)
@@ -148,9 +180,9 @@ class PipeDream:
         r, m = self.runner, self.runner.m
         r.begin_step()
         max_versions = self.versions_held()
-        ops = self.stream[2 * m * k: 2 * m * (k + 1)]
+        ops = self.stream[2 * m * k : 2 * m * (k + 1)]
         with region(labels.STEP):
-            r.expect("act", [g for kind, g in ops if kind == "F"])    # receives posted ahead
+            r.expect("act", [g for kind, g in ops if kind == "F"])  # receives posted ahead
             r.expect("grad", [g for kind, g in ops if kind == "B"])
             for kind, g in ops:
                 # phase: warm-up (only at the start of step 0), steady 1F1B, cool-down (last step)
@@ -161,25 +193,38 @@ class PipeDream:
                 max_versions = max(max_versions, self.versions_held())
                 r.prune_sends()
             if last_step:
-                wait_sends(r.sends, "end")                   # comm:wait:sends:end: training ends, no flush
+                wait_sends(r.sends, "end")  # comm:wait:sends:end: training ends, no flush
         r.end_step(k, weight_versions=max_versions)
         done = [e["mb"] for e in self.log if e["step"] == k] if r.stage.last else []
         return r.step_loss(done) if r.stage.last else math.nan
 
     # --- the numerical check the tests run (TRACEKIT_PP_CHECK=1) -----------------------------------
     def _want_check(self, staleness: int) -> bool:
-        return (check_dump_wanted() and self.check is None and self.version >= 2 * self.runner.m
-                and staleness == self.runner.p - self.runner.s - 1)
+        return (
+            check_dump_wanted()
+            and self.check is None
+            and self.version >= 2 * self.runner.m
+            and staleness == self.runner.p - self.runner.s - 1
+        )
 
     def _save_check(self, g: int, u: int, x: torch.Tensor, grad_out: torch.Tensor | None) -> None:
         """What a test needs to recompute this backward: input, output gradient (or targets),
         the stashed and the latest weights, and the gradients the backward produced."""
         clone = lambda ts: [t.detach().clone() for t in ts]  # noqa: E731
-        self.check = {"mb": g, "version": u, "latest_version": self.version,
-                      "input": x, "grad_output": grad_out, "targets": self.microbatch(g)[1] if self.runner.stage.last else None,
-                      "names": [self.runner.stage.global_name(n) for n, _ in self.runner.stage.named_parameters()],
-                      "stashed": clone(self.versions[u]), "latest": clone(self.live()),
-                      "grads": clone(t.grad for t in self.versions[u])}
+        self.check = {
+            "mb": g,
+            "version": u,
+            "latest_version": self.version,
+            "input": x,
+            "grad_output": grad_out,
+            "targets": self.microbatch(g)[1] if self.runner.stage.last else None,
+            "names": [
+                self.runner.stage.global_name(n) for n, _ in self.runner.stage.named_parameters()
+            ],
+            "stashed": clone(self.versions[u]),
+            "latest": clone(self.live()),
+            "grads": clone(t.grad for t in self.versions[u]),
+        }
 
 
 def check_dump_wanted() -> bool:
@@ -196,7 +241,9 @@ def add_to_train_json(ctx: harness.Context, **extra: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("pp-pipedream", with_defaults(argv), uses={"microbatches"}, splits_batch=False)
+    ctx = harness.start(
+        "pp-pipedream", with_defaults(argv), uses={"microbatches"}, splits_batch=False
+    )
     stage, runner, m = setup(ctx, "pipedream")
     # one update per microbatch: the fused Adam kernel (a few ops per update, not a few per tensor)
     optimizer = torch.optim.Adam(stage.parameters(), lr=LR, betas=(0.9, 0.95), fused=True)
@@ -204,8 +251,11 @@ def main(argv: list[str] | None = None) -> None:
     ctx.strategy_options.update(weight_versions_theory=[runner.p - s for s in range(runner.p)])
     k_now = [0]
     pd.count_memory = lambda: ctx.count_memory(
-        k_now[0], [t for ts in pd.versions.values() for t in ts] + [t for t in pd.live()],
-        [p.grad for p in pd.live()], optimizer)
+        k_now[0],
+        [t for ts in pd.versions.values() for t in ts] + [t for t in pd.live()],
+        [p.grad for p in pd.live()],
+        optimizer,
+    )
 
     def step(k: int) -> float:
         k_now[0] = k
@@ -220,8 +270,15 @@ def main(argv: list[str] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(pd.check, path)
     harness.finish(ctx, losses, params=stage.global_state_dict())
-    add_to_train_json(ctx, stage=runner.s, stages=runner.p, microbatches=m, updates=pd.version,
-                      weight_versions=max(s["weight_versions"] for s in profiled), microbatch_log=pd.log)
+    add_to_train_json(
+        ctx,
+        stage=runner.s,
+        stages=runner.p,
+        microbatches=m,
+        updates=pd.version,
+        weight_versions=max(s["weight_versions"] for s in profiled),
+        microbatch_log=pd.log,
+    )
 
 
 if __name__ == "__main__":

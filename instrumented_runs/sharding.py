@@ -19,6 +19,7 @@ group and the model computes on it unchanged.
     bf16-mixed  Adam on an fp32 master copy of the shard, written back to the bf16 slice after
                 the step: 4 (master) + 8 (moments) = 12 bytes per owned element (the paper's K=12)
 """
+
 from __future__ import annotations
 
 import math
@@ -40,8 +41,8 @@ class FlatGroup:
     names: list[str]
     world_size: int
     offsets: list[int] = field(default_factory=list)
-    numel: int = 0                 # real elements
-    padded: int = 0                # numel rounded up to a multiple of world_size
+    numel: int = 0  # real elements
+    padded: int = 0  # numel rounded up to a multiple of world_size
 
     def __post_init__(self) -> None:
         offset = 0
@@ -58,19 +59,19 @@ class FlatGroup:
     def shard(self, flat: torch.Tensor, rank: int) -> torch.Tensor:
         """Rank ``rank``'s slice of ``flat`` (a view)."""
         s = self.shard_numel
-        return flat[rank * s:(rank + 1) * s]
+        return flat[rank * s : (rank + 1) * s]
 
     def flatten(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """A new padded flat buffer holding the parameters' current values."""
         first = self.params[0]
         flat = torch.zeros(self.padded, dtype=dtype or first.dtype, device=first.device)
         for p, offset in zip(self.params, self.offsets):
-            flat[offset:offset + p.numel()].copy_(p.detach().reshape(-1))
+            flat[offset : offset + p.numel()].copy_(p.detach().reshape(-1))
         return flat
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Each parameter's view into ``flat``."""
-        return [flat[o:o + p.numel()].view_as(p) for p, o in zip(self.params, self.offsets)]
+        return [flat[o : o + p.numel()].view_as(p) for p, o in zip(self.params, self.offsets)]
 
     def bind_params(self, flat: torch.Tensor) -> None:
         """Make every parameter a view into ``flat`` (the model then computes on the buffer)."""
@@ -78,11 +79,18 @@ class FlatGroup:
             p.data = view
 
     def describe(self) -> dict:
-        return {"index": self.index, "numel": self.numel, "padded": self.padded,
-                "shard_numel": self.shard_numel, "params": self.names}
+        return {
+            "index": self.index,
+            "numel": self.numel,
+            "padded": self.padded,
+            "shard_numel": self.shard_numel,
+            "params": self.names,
+        }
 
 
-def split_into_buckets(named: list[tuple[str, nn.Parameter]], cap_bytes: float) -> list[list[tuple[str, nn.Parameter]]]:
+def split_into_buckets(
+    named: list[tuple[str, nn.Parameter]], cap_bytes: float
+) -> list[list[tuple[str, nn.Parameter]]]:
     """Consecutive runs of ~cap_bytes (DDP's rule: a bucket closes once it reaches the cap)."""
     groups: list[list[tuple[str, nn.Parameter]]] = [[]]
     size = 0

@@ -4,6 +4,7 @@ Every distributed strategy must reproduce these losses and final parameters (DES
 "Equivalence": fp32 within 1e-5 relative after 3 steps). Tests call :func:`train_single`;
 ``python -m instrumented_runs.single`` prints the losses.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,9 +17,14 @@ from instrumented_runs.harness import DEFAULT_GLOBAL_BATCH
 from instrumented_runs.model import GPT, GPTConfig, setup_precision
 
 
-def train_single(steps: int, cfg: GPTConfig | None = None, batch_size: int = DEFAULT_GLOBAL_BATCH,
-                 seed: int = 0, accumulate: int = 1, precision: str = "fp32",
-                 ) -> tuple[list[float], dict[str, torch.Tensor]]:
+def train_single(
+    steps: int,
+    cfg: GPTConfig | None = None,
+    batch_size: int = DEFAULT_GLOBAL_BATCH,
+    seed: int = 0,
+    accumulate: int = 1,
+    precision: str = "fp32",
+) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Train ``steps`` steps (warm-up included: step k uses global batch k); (losses, final state dict).
 
     ``accumulate=n`` splits each global batch into n contiguous slices, backpropagates them one
@@ -31,7 +37,7 @@ def train_single(steps: int, cfg: GPTConfig | None = None, batch_size: int = DEF
     cfg = cfg or GPTConfig()
     torch.set_num_threads(1)
     model = GPT(cfg, seed=seed)
-    optimizer, master = setup_precision(model, precision)   # bf16-mixed: bf16 model, fp32 master
+    optimizer, master = setup_precision(model, precision)  # bf16-mixed: bf16 model, fp32 master
     losses = []
     for k in range(steps):
         tokens, targets = global_batch(k, cfg, batch_size, seed)

@@ -39,9 +39,11 @@ bytes (fp32), nothing else.
 
 Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.tp`` or ``tracekit run tp``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -49,7 +51,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from instrumented_runs import harness
-from instrumented_runs.model import GPT, PRECISIONS, GPTConfig, MasterWeights, loss_fn, setup_precision
+from instrumented_runs.model import (
+    GPT,
+    PRECISIONS,
+    GPTConfig,
+    MasterWeights,
+    loss_fn,
+    setup_precision,
+)
 from tracekit import capture, labels
 from tracekit.labels import region
 
@@ -111,8 +120,12 @@ def shard_qkv(t: torch.Tensor, rank: int, world: int) -> torch.Tensor:
 
 #: parameter name suffix -> how it is split ("replicated" for every other parameter)
 SHARDING = {
-    "attn.qkv.weight": "qkv", "attn.qkv.bias": "qkv", "attn.proj.weight": "cols",
-    "mlp.fc.weight": "rows", "mlp.fc.bias": "rows", "mlp.out.weight": "cols",
+    "attn.qkv.weight": "qkv",
+    "attn.qkv.bias": "qkv",
+    "attn.proj.weight": "cols",
+    "mlp.fc.weight": "rows",
+    "mlp.fc.bias": "rows",
+    "mlp.out.weight": "cols",
 }
 
 
@@ -139,7 +152,9 @@ def full_state_dict(shards: list[dict[str, torch.Tensor]]) -> dict[str, torch.Te
         elif kind == "cols":
             out[name] = torch.cat(parts, dim=1)
         elif kind == "qkv":
-            out[name] = torch.cat([torch.cat([p.chunk(3, dim=0)[z] for p in parts]) for z in range(3)])
+            out[name] = torch.cat(
+                [torch.cat([p.chunk(3, dim=0)[z] for p in parts]) for z in range(3)]
+            )
         else:
             out[name] = first
     return out
@@ -155,9 +170,14 @@ def _param(t: torch.Tensor) -> nn.Parameter:
 class ColumnParallelLinear(nn.Module):
     """Y_i = X A_i + b_i: this rank's output features (no communication)."""
 
-    def __init__(self, full: nn.Linear, rank: int, world: int, shard: Callable = shard_rows) -> None:
+    def __init__(
+        self, full: nn.Linear, rank: int, world: int, shard: Callable = shard_rows
+    ) -> None:
         super().__init__()
-        self.weight, self.bias = _param(shard(full.weight, rank, world)), _param(shard(full.bias, rank, world))
+        self.weight, self.bias = (
+            _param(shard(full.weight, rank, world)),
+            _param(shard(full.bias, rank, world)),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -166,7 +186,9 @@ class ColumnParallelLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """Y = g(sum_i X_i B_i) + b: partial products summed by ``g``, the replicated bias added once."""
 
-    def __init__(self, full: nn.Linear, rank: int, world: int, group: dist.ProcessGroup, label: str) -> None:
+    def __init__(
+        self, full: nn.Linear, rank: int, world: int, group: dist.ProcessGroup, label: str
+    ) -> None:
         super().__init__()
         self.weight, self.bias = _param(shard_cols(full.weight, rank, world)), _param(full.bias)
         self.group, self.label = group, label
@@ -178,14 +200,24 @@ class RowParallelLinear(nn.Module):
 class ParallelAttention(nn.Module):
     """f -> column-parallel fused QKV (h/t heads) -> causal attention -> row-parallel proj -> g."""
 
-    def __init__(self, full: nn.Module, cfg: GPTConfig, layer: int, rank: int, world: int, group: dist.ProcessGroup) -> None:
+    def __init__(
+        self,
+        full: nn.Module,
+        cfg: GPTConfig,
+        layer: int,
+        rank: int,
+        world: int,
+        group: dist.ProcessGroup,
+    ) -> None:
         super().__init__()
         if cfg.n_heads % world:
             raise ValueError(f"{cfg.n_heads} heads do not split over {world} tensor-parallel ranks")
         self.heads, self.group = cfg.n_heads // world, group
         self.bwd_label = labels.tp_all_reduce(layer, "attn", labels.BWD)
         self.qkv = ColumnParallelLinear(full.qkv, rank, world, shard_qkv)
-        self.proj = RowParallelLinear(full.proj, rank, world, group, labels.tp_all_reduce(layer, "attn", labels.FWD))
+        self.proj = RowParallelLinear(
+            full.proj, rank, world, group, labels.tp_all_reduce(layer, "attn", labels.FWD)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = CopyToTP.apply(x, self.group, self.bwd_label)
@@ -199,20 +231,32 @@ class ParallelAttention(nn.Module):
 class ParallelMLP(nn.Module):
     """f -> column-parallel fc1 -> GELU (local) -> row-parallel fc2 -> g."""
 
-    def __init__(self, full: nn.Module, layer: int, rank: int, world: int, group: dist.ProcessGroup) -> None:
+    def __init__(
+        self, full: nn.Module, layer: int, rank: int, world: int, group: dist.ProcessGroup
+    ) -> None:
         super().__init__()
         self.group, self.bwd_label = group, labels.tp_all_reduce(layer, "mlp", labels.BWD)
         self.fc = ColumnParallelLinear(full.fc, rank, world)
-        self.out = RowParallelLinear(full.out, rank, world, group, labels.tp_all_reduce(layer, "mlp", labels.FWD))
+        self.out = RowParallelLinear(
+            full.out, rank, world, group, labels.tp_all_reduce(layer, "mlp", labels.FWD)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out(F.gelu(self.fc(CopyToTP.apply(x, self.group, self.bwd_label))))
 
 
 class ParallelBlock(nn.Module):
-    def __init__(self, full: nn.Module, cfg: GPTConfig, layer: int, rank: int, world: int, group: dist.ProcessGroup) -> None:
+    def __init__(
+        self,
+        full: nn.Module,
+        cfg: GPTConfig,
+        layer: int,
+        rank: int,
+        world: int,
+        group: dist.ProcessGroup,
+    ) -> None:
         super().__init__()
-        self.ln1, self.ln2 = full.ln1, full.ln2                              # replicated
+        self.ln1, self.ln2 = full.ln1, full.ln2  # replicated
         self.attn = ParallelAttention(full.attn, cfg, layer, rank, world, group)
         self.mlp = ParallelMLP(full.mlp, layer, rank, world, group)
 
@@ -229,8 +273,15 @@ class TensorParallelGPT(nn.Module):
         super().__init__()
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         self.cfg = full.cfg
-        self.tok_emb, self.pos_emb, self.ln_f, self.head = full.tok_emb, full.pos_emb, full.ln_f, full.head
-        self.blocks = nn.ModuleList(ParallelBlock(b, full.cfg, i, rank, world, group) for i, b in enumerate(full.blocks))
+        self.tok_emb, self.pos_emb, self.ln_f, self.head = (
+            full.tok_emb,
+            full.pos_emb,
+            full.ln_f,
+            full.head,
+        )
+        self.blocks = nn.ModuleList(
+            ParallelBlock(b, full.cfg, i, rank, world, group) for i, b in enumerate(full.blocks)
+        )
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(tokens.shape[1], device=tokens.device)
@@ -242,7 +293,10 @@ class TensorParallelGPT(nn.Module):
     def param_split(self) -> dict[str, int]:
         """Elements this rank holds: replicated and sharded (psi_sharded_full = sharded x t)."""
         rep = sum(p.numel() for n, p in self.named_parameters() if sharding_of(n) == "replicated")
-        return {"psi_replicated": rep, "psi_sharded_local": sum(p.numel() for p in self.parameters()) - rep}
+        return {
+            "psi_replicated": rep,
+            "psi_sharded_local": sum(p.numel() for p in self.parameters()) - rep,
+        }
 
 
 # --- the strategy ------------------------------------------------------------------------------
@@ -251,7 +305,9 @@ class TensorParallelGPT(nn.Module):
 class TensorParallel:
     """One tensor-parallel replica: every rank runs the same batch through its slice of each layer."""
 
-    def __init__(self, model: TensorParallelGPT, optimizer: torch.optim.Optimizer | MasterWeights) -> None:
+    def __init__(
+        self, model: TensorParallelGPT, optimizer: torch.optim.Optimizer | MasterWeights
+    ) -> None:
         self.model, self.optimizer = model, optimizer
         self.before_optimizer: Callable[[], None] | None = None
 
@@ -273,19 +329,34 @@ class TensorParallel:
         return loss.item()
 
 
-def count_memory(ctx: harness.Context, k: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 master: MasterWeights | None, meter: capture.ActivationMeter) -> None:
+def count_memory(
+    ctx: harness.Context,
+    k: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    master: MasterWeights | None,
+    meter: capture.ActivationMeter,
+) -> None:
     """Model states (at the memory step) plus the activation peak of this step's forward/backward."""
-    ctx.count_memory(k, model.parameters(), [p.grad for p in model.parameters()], optimizer,
-                     extra_optimizer=master.master if master else ())
+    ctx.count_memory(
+        k,
+        model.parameters(),
+        [p.grad for p in model.parameters()],
+        optimizer,
+        extra_optimizer=master.master if master else (),
+    )
     if k == ctx.memory_step and ctx.memory is not None:
         ctx.memory["activation_peak_bytes"] = meter.peak_bytes
 
 
 def group_record(group: dist.ProcessGroup, dim: str) -> dict[str, Any]:
     """run.json ``process_groups`` entry; name and desc are the flight recorder's ``process_group``."""
-    return {"name": group.group_name, "desc": group.group_desc, "dim": dim,
-            "ranks": dist.get_process_group_ranks(group)}
+    return {
+        "name": group.group_name,
+        "desc": group.group_desc,
+        "dim": dim,
+        "ranks": dist.get_process_group_ranks(group),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -294,16 +365,20 @@ def main(argv: list[str] | None = None) -> None:
     model = TensorParallelGPT(GPT(cfg, seed=ctx.args.seed), ctx.group).to(ctx.device)
     optimizer, master = setup_precision(model, ctx.args.precision)
     tp = TensorParallel(model, master or optimizer)
-    meter = capture.ActivationMeter(exclude=model.parameters())      # after the bf16 cast
+    meter = capture.ActivationMeter(exclude=model.parameters())  # after the bf16 cast
     split = model.param_split()
     ctx.strategy_options.update(
-        tp_size=t, embeddings="replicated", **split, psi_sharded=split["psi_sharded_local"] * t,
+        tp_size=t,
+        embeddings="replicated",
+        **split,
+        psi_sharded=split["psi_sharded_local"] * t,
         all_reduces_per_layer={"forward": 2, "backward": 2},
         activation_elements=ctx.args.global_batch * cfg.seq_len * cfg.d_model,
-        process_groups=[group_record(ctx.group, "tp")])
+        process_groups=[group_record(ctx.group, "tp")],
+    )
 
     def step(k: int) -> float:
-        tokens, targets = ctx.batch(k)                    # every TP rank sees the whole batch
+        tokens, targets = ctx.batch(k)  # every TP rank sees the whole batch
         tp.before_optimizer = lambda: count_memory(ctx, k, model, optimizer, master, meter)
         meter.reset_peak()
         with meter:

@@ -28,6 +28,7 @@ on different threads.
 Run: ``torchrun --nproc-per-node 4 -m instrumented_runs.tp_dp --nodes 2`` or
 ``tracekit run tp-dp --nproc 4 --nodes 2``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -41,12 +42,16 @@ from instrumented_runs.tp import TensorParallelGPT, count_memory, group_record
 from tracekit import capture
 
 
-def tp_dp_groups(rank: int, world: int, tp_size: int) -> tuple[dist.ProcessGroup, dist.ProcessGroup, list[dict[str, Any]]]:
+def tp_dp_groups(
+    rank: int, world: int, tp_size: int
+) -> tuple[dist.ProcessGroup, dist.ProcessGroup, list[dict[str, Any]]]:
     """(this rank's TP group, its DP group, records of the groups it belongs to).
 
     Every rank must create every group, in the same order, members or not (c10d's rule)."""
-    layout = {"tp": [list(range(s, s + tp_size)) for s in range(0, world, tp_size)],
-              "dp": [list(range(j, world, tp_size)) for j in range(tp_size)]}
+    layout = {
+        "tp": [list(range(s, s + tp_size)) for s in range(0, world, tp_size)],
+        "dp": [list(range(j, world, tp_size)) for j in range(tp_size)],
+    }
     mine: dict[str, dist.ProcessGroup] = {}
     for dim, blocks in layout.items():
         for i, ranks in enumerate(blocks):
@@ -73,19 +78,26 @@ def main(argv: list[str] | None = None) -> None:
     model = TensorParallelGPT(GPT(cfg, seed=ctx.args.seed), tp_group).to(ctx.device)
     optimizer, master = setup_precision(model, ctx.args.precision)
     dp = DataParallel(model, master or optimizer, dp_group)
-    meter = capture.ActivationMeter(exclude=model.parameters())      # after the bf16 cast
+    meter = capture.ActivationMeter(exclude=model.parameters())  # after the bf16 cast
     dp_rank, dp_size = dist.get_rank(dp_group), dist.get_world_size(dp_group)
     split = model.param_split()
     ctx.strategy_options.update(
-        tp_size=tp_size, dp_size=dp_size, embeddings="replicated", **split,
+        tp_size=tp_size,
+        dp_size=dp_size,
+        embeddings="replicated",
+        **split,
         psi_sharded=split["psi_sharded_local"] * tp_size,
         all_reduces_per_layer={"forward": 2, "backward": 2},
         activation_elements=ctx.args.global_batch // dp_size * cfg.seq_len * cfg.d_model,
-        bucket_cap_bytes=dp.bucket_cap_bytes, buckets=dp.describe(),
-        process_groups=all_process_groups(ctx, own))
+        bucket_cap_bytes=dp.bucket_cap_bytes,
+        buckets=dp.describe(),
+        process_groups=all_process_groups(ctx, own),
+    )
 
     def step(k: int) -> float:
-        tokens, targets = ctx.dp_batch(k, dp_rank, dp_size)   # one slice per node, whole slice per TP rank
+        tokens, targets = ctx.dp_batch(
+            k, dp_rank, dp_size
+        )  # one slice per node, whole slice per TP rank
         dp.before_optimizer = lambda: count_memory(ctx, k, model, optimizer, master, meter)
         meter.reset_peak()
         with meter:

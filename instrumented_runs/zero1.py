@@ -37,9 +37,10 @@ gradient on a ``pt_gloo_runloop`` thread), ``optimizer``, then ``comm:all_gather
 
 Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.zero1`` or ``tracekit run zero1``.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -55,14 +56,18 @@ from tracekit.labels import region
 # --- collectives, each inside its label --------------------------------------------------------
 
 
-def reduce_scatter_grads(flat_grad: torch.Tensor, grad_shard: torch.Tensor, group: dist.ProcessGroup) -> None:
+def reduce_scatter_grads(
+    flat_grad: torch.Tensor, grad_shard: torch.Tensor, group: dist.ProcessGroup
+) -> None:
     """Sum the flat gradient over the group; this rank receives its slice (in place: the
     output is the input's own slice, which gloo and NCCL both allow)."""
     with region(labels.comm("reduce_scatter", "grads")):
         dist.reduce_scatter_tensor(grad_shard, flat_grad, op=dist.ReduceOp.SUM, group=group)
 
 
-def all_gather_params(flat_param: torch.Tensor, param_shard: torch.Tensor, group: dist.ProcessGroup) -> None:
+def all_gather_params(
+    flat_param: torch.Tensor, param_shard: torch.Tensor, group: dist.ProcessGroup
+) -> None:
     """Rebuild the full flat parameters from every rank's updated slice (in place)."""
     with region(labels.comm("all_gather", "params")):
         dist.all_gather_into_tensor(flat_param, param_shard, group=group)
@@ -118,7 +123,9 @@ class ZeRO1:
 
 def main(argv: list[str] | None = None) -> None:
     ctx = harness.start("zero1", argv, precisions=PRECISIONS)
-    model = GPT(ctx.model_config, seed=ctx.args.seed).to(ctx.device)   # same seed: same weights everywhere
+    model = GPT(ctx.model_config, seed=ctx.args.seed).to(
+        ctx.device
+    )  # same seed: same weights everywhere
     if ctx.args.precision == "bf16-mixed":
         model.to(torch.bfloat16)
     zero = ZeRO1(model, ctx.args.precision, ctx.group)
@@ -128,7 +135,12 @@ def main(argv: list[str] | None = None) -> None:
     def step(k: int) -> float:
         tokens, targets = ctx.dp_batch(k, zero.rank, zero.world_size)
         zero.before_optimizer = lambda: ctx.count_memory(
-            k, [zero.flat_param], [zero.flat_grad, *(p.grad for p in model.parameters())], zero.opt.optimizer, extra_optimizer=zero.opt.master_copies())
+            k,
+            [zero.flat_param],
+            [zero.flat_grad, *(p.grad for p in model.parameters())],
+            zero.opt.optimizer,
+            extra_optimizer=zero.opt.master_copies(),
+        )
         with meter:
             return zero.train_step(tokens, targets)
 

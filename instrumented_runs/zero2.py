@@ -38,10 +38,11 @@ thread overlapping the rest of backward; then ``comm:wait:bucket<i>``, ``optimiz
 
 Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.zero2`` or ``tracekit run zero2``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -54,13 +55,13 @@ from tracekit import labels
 from tracekit.capture import ActivationMeter
 from tracekit.labels import region
 
-BUCKET_CAP_BYTES = 1 << 20   # as dp.py: a handful of buckets on our 3.5 MB model
+BUCKET_CAP_BYTES = 1 << 20  # as dp.py: a handful of buckets on our 3.5 MB model
 
 
 @dataclass
 class Bucket:
     layout: FlatGroup
-    grad_shard: torch.Tensor              # this rank's reduced slice: the only gradient kept
+    grad_shard: torch.Tensor  # this rank's reduced slice: the only gradient kept
     grad_full: torch.Tensor | None = None  # the bucket's full gradient while backward fills it
     pending: int = 0
     work: dist.Work | None = field(default=None, repr=False)
@@ -76,8 +77,9 @@ class Bucket:
 def reduce_scatter_bucket(bucket: Bucket, group: dist.ProcessGroup) -> dist.Work:
     """Launch the asynchronous sum of one bucket's gradient; this rank receives its slice."""
     with region(labels.comm("reduce_scatter", labels.bucket(bucket.index))):
-        return dist.reduce_scatter_tensor(bucket.grad_shard, bucket.grad_full, op=dist.ReduceOp.SUM,
-                                          group=group, async_op=True)
+        return dist.reduce_scatter_tensor(
+            bucket.grad_shard, bucket.grad_full, op=dist.ReduceOp.SUM, group=group, async_op=True
+        )
 
 
 def wait_bucket(bucket: Bucket) -> None:
@@ -86,11 +88,14 @@ def wait_bucket(bucket: Bucket) -> None:
     bucket.work = None
 
 
-def all_gather_bucket(bucket: Bucket, flat_param: torch.Tensor, rank: int, group: dist.ProcessGroup) -> dist.Work:
+def all_gather_bucket(
+    bucket: Bucket, flat_param: torch.Tensor, rank: int, group: dist.ProcessGroup
+) -> dist.Work:
     """Launch the rebuild of one bucket's parameters from every rank's updated slice (in place)."""
     with region(labels.comm("all_gather", labels.bucket(bucket.index))):
-        return dist.all_gather_into_tensor(flat_param, bucket.layout.shard(flat_param, rank), group=group,
-                                           async_op=True)
+        return dist.all_gather_into_tensor(
+            flat_param, bucket.layout.shard(flat_param, rank), group=group, async_op=True
+        )
 
 
 # --- the strategy ------------------------------------------------------------------------------
@@ -99,21 +104,36 @@ def all_gather_bucket(bucket: Bucket, flat_param: torch.Tensor, rank: int, group
 class ZeRO2:
     """Full parameters on every rank; gradients and Adam state for this rank's slices only."""
 
-    def __init__(self, model: nn.Module, precision: str, group: dist.ProcessGroup,
-                 bucket_cap_bytes: int = BUCKET_CAP_BYTES) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        precision: str,
+        group: dist.ProcessGroup,
+        bucket_cap_bytes: int = BUCKET_CAP_BYTES,
+    ) -> None:
         self.model, self.group = model, group
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
         self.bucket_cap_bytes = bucket_cap_bytes
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad][::-1]
-        layouts = [FlatGroup(i, [p for _, p in g], [n for n, _ in g], self.world_size)
-                   for i, g in enumerate(split_into_buckets(named, bucket_cap_bytes))]
+        layouts = [
+            FlatGroup(i, [p for _, p in g], [n for n, _ in g], self.world_size)
+            for i, g in enumerate(split_into_buckets(named, bucket_cap_bytes))
+        ]
         # each bucket's parameters become views into one flat buffer per bucket
         self.flat_params = [lay.flatten() for lay in layouts]
         for lay, flat in zip(layouts, self.flat_params):
             lay.bind_params(flat)
-        self.buckets = [Bucket(lay, torch.zeros(lay.shard_numel, dtype=flat.dtype, device=flat.device),
-                               pending=len(lay.params)) for lay, flat in zip(layouts, self.flat_params)]
-        self.param_shards = [b.layout.shard(flat, self.rank) for b, flat in zip(self.buckets, self.flat_params)]
+        self.buckets = [
+            Bucket(
+                lay,
+                torch.zeros(lay.shard_numel, dtype=flat.dtype, device=flat.device),
+                pending=len(lay.params),
+            )
+            for lay, flat in zip(layouts, self.flat_params)
+        ]
+        self.param_shards = [
+            b.layout.shard(flat, self.rank) for b, flat in zip(self.buckets, self.flat_params)
+        ]
         self.opt = ShardOptimizer(self.param_shards, precision)
         self.next_bucket = 0
         self.before_optimizer: Callable[[], None] | None = None
@@ -126,13 +146,16 @@ class ZeRO2:
 
     def _grad_ready_hook(self, bucket: Bucket, offset: int) -> Callable[[nn.Parameter], None]:
         def hook(param: nn.Parameter) -> None:
-            if bucket.grad_full is None:   # first gradient of the bucket this step
-                bucket.grad_full = torch.zeros(bucket.layout.padded, dtype=param.dtype, device=param.device)
-            bucket.grad_full[offset:offset + param.numel()].copy_(param.grad.reshape(-1))
-            param.grad = None              # the parameter's own gradient is dropped at once
+            if bucket.grad_full is None:  # first gradient of the bucket this step
+                bucket.grad_full = torch.zeros(
+                    bucket.layout.padded, dtype=param.dtype, device=param.device
+                )
+            bucket.grad_full[offset : offset + param.numel()].copy_(param.grad.reshape(-1))
+            param.grad = None  # the parameter's own gradient is dropped at once
             bucket.pending -= 1
             if bucket.pending == 0:
                 self._launch_ready_buckets()
+
         return hook
 
     def _launch_ready_buckets(self) -> None:
@@ -145,15 +168,20 @@ class ZeRO2:
 
     def wait_and_free(self) -> None:
         if self.next_bucket != len(self.buckets):
-            raise RuntimeError(f"bucket {self.next_bucket} never filled: every parameter must get a gradient")
+            raise RuntimeError(
+                f"bucket {self.next_bucket} never filled: every parameter must get a gradient"
+            )
         for bucket in self.buckets:
             wait_bucket(bucket)
-            bucket.grad_full = None        # phase: free, only the reduced slice stays
+            bucket.grad_full = None  # phase: free, only the reduced slice stays
             bucket.pending = len(bucket.layout.params)
         self.next_bucket = 0
 
     def gather_params(self) -> None:
-        works = [all_gather_bucket(b, flat, self.rank, self.group) for b, flat in zip(self.buckets, self.flat_params)]
+        works = [
+            all_gather_bucket(b, flat, self.rank, self.group)
+            for b, flat in zip(self.buckets, self.flat_params)
+        ]
         for bucket, work in zip(self.buckets, works):
             with region(labels.wait(labels.bucket(bucket.index), "params")):
                 work.wait()
@@ -179,20 +207,29 @@ class ZeRO2:
 
 def main(argv: list[str] | None = None) -> None:
     ctx = harness.start("zero2", argv, precisions=PRECISIONS)
-    model = GPT(ctx.model_config, seed=ctx.args.seed).to(ctx.device)   # same seed: same weights everywhere
+    model = GPT(ctx.model_config, seed=ctx.args.seed).to(
+        ctx.device
+    )  # same seed: same weights everywhere
     if ctx.args.precision == "bf16-mixed":
         model.to(torch.bfloat16)
     zero = ZeRO2(model, ctx.args.precision, ctx.group)
-    ctx.strategy_options.update(zero_stage=2, dp_degree=zero.world_size, bucket_cap_bytes=zero.bucket_cap_bytes,
-                                buckets=zero.describe())
+    ctx.strategy_options.update(
+        zero_stage=2,
+        dp_degree=zero.world_size,
+        bucket_cap_bytes=zero.bucket_cap_bytes,
+        buckets=zero.describe(),
+    )
     meter = ActivationMeter(exclude=zero.flat_params)
 
     def step(k: int) -> float:
         tokens, targets = ctx.dp_batch(k, zero.rank, zero.world_size)
         zero.before_optimizer = lambda: ctx.count_memory(
-            k, zero.flat_params, [*(b.grad_shard for b in zero.buckets), *(p.grad for p in model.parameters())],
+            k,
+            zero.flat_params,
+            [*(b.grad_shard for b in zero.buckets), *(p.grad for p in model.parameters())],
             zero.opt.optimizer,
-            extra_optimizer=zero.opt.master_copies())
+            extra_optimizer=zero.opt.master_copies(),
+        )
         with meter:
             return zero.train_step(tokens, targets)
 

@@ -47,10 +47,11 @@ launch of unit i+1's forward gather comes *before* unit i's forward compute; wit
 Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.zero3 --prefetch 1`` or
 ``tracekit run zero3 --prefetch 1``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -71,11 +72,11 @@ class Unit:
 
     layout: FlatGroup
     name: str
-    full: torch.Tensor                     # the whole unit, flat; its storage is empty while freed
-    shard: torch.Tensor                    # this rank's slice, kept between steps
-    grad_shard: torch.Tensor               # this rank's reduced gradient slice, kept until the step
+    full: torch.Tensor  # the whole unit, flat; its storage is empty while freed
+    shard: torch.Tensor  # this rank's slice, kept between steps
+    grad_shard: torch.Tensor  # this rank's reduced gradient slice, kept until the step
     grad_full: torch.Tensor | None = None  # the unit's full gradient during its backward
-    pending: int = 0                       # parameters whose gradient has not arrived this step
+    pending: int = 0  # parameters whose gradient has not arrived this step
     gathered: bool = False
     gather: dist.Work | None = field(default=None, repr=False)
     reduce: dist.Work | None = field(default=None, repr=False)
@@ -107,8 +108,9 @@ def wait_gather(unit: Unit, direction: str) -> None:
 def reduce_scatter_unit(unit: Unit, group: dist.ProcessGroup) -> dist.Work:
     """Launch the sum of the unit's gradient over the group; this rank receives its slice."""
     with region(labels.reduce_scatter_unit(unit.index)):
-        return dist.reduce_scatter_tensor(unit.grad_shard, unit.grad_full, op=dist.ReduceOp.SUM,
-                                          group=group, async_op=True)
+        return dist.reduce_scatter_tensor(
+            unit.grad_shard, unit.grad_full, op=dist.ReduceOp.SUM, group=group, async_op=True
+        )
 
 
 def wait_reduce(unit: Unit) -> None:
@@ -122,10 +124,13 @@ def wait_reduce(unit: Unit) -> None:
 
 def model_units(model: GPT) -> list[tuple[str, list[tuple[str, nn.Parameter]], Callable]]:
     """(name, named parameters, forward) per unit, in forward order: embeddings, blocks, head."""
+
     def named(prefix: str, module: nn.Module) -> list[tuple[str, nn.Parameter]]:
         return [(f"{prefix}.{n}", p) for n, p in module.named_parameters()]
 
-    units = [("embed", named("tok_emb", model.tok_emb) + named("pos_emb", model.pos_emb), model.embed)]
+    units = [
+        ("embed", named("tok_emb", model.tok_emb) + named("pos_emb", model.pos_emb), model.embed)
+    ]
     units += [(f"blocks.{i}", named(f"blocks.{i}", b), b) for i, b in enumerate(model.blocks)]
     units.append(("head", named("ln_f", model.ln_f) + named("head", model.head), model.logits))
     return units
@@ -134,19 +139,33 @@ def model_units(model: GPT) -> list[tuple[str, list[tuple[str, nn.Parameter]], C
 class ZeRO3:
     """Only this rank's slice of every unit at rest; units gathered just in time, freed after use."""
 
-    def __init__(self, model: GPT, precision: str, group: dist.ProcessGroup, prefetch: int = DEFAULT_PREFETCH,
-                 meter: UnitActivationMeter | None = None) -> None:
+    def __init__(
+        self,
+        model: GPT,
+        precision: str,
+        group: dist.ProcessGroup,
+        prefetch: int = DEFAULT_PREFETCH,
+        meter: UnitActivationMeter | None = None,
+    ) -> None:
         self.model, self.group, self.prefetch, self.meter = model, group, prefetch, meter
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
         self.units: list[Unit] = []
         self.forwards: list[Callable] = []
         for i, (name, named, forward) in enumerate(model_units(model)):
             layout = FlatGroup(i, [p for _, p in named], [n for n, _ in named], self.world_size)
-            full = layout.flatten()                      # same seed on every rank: same weights
+            full = layout.flatten()  # same seed on every rank: same weights
             shard = layout.shard(full, self.rank).clone()
-            layout.bind_params(full)                     # parameters are views into `full` ...
-            unit = Unit(layout, name, full, shard, torch.zeros_like(shard), pending=len(layout.params), gathered=True)
-            self._free(unit)                             # ... whose memory is released: only the slice stays
+            layout.bind_params(full)  # parameters are views into `full` ...
+            unit = Unit(
+                layout,
+                name,
+                full,
+                shard,
+                torch.zeros_like(shard),
+                pending=len(layout.params),
+                gathered=True,
+            )
+            self._free(unit)  # ... whose memory is released: only the slice stays
             self.units.append(unit)
             self.forwards.append(forward)
             for p, offset in zip(layout.params, layout.offsets):
@@ -162,9 +181,9 @@ class ZeRO3:
     def _launch_gather(self, unit: Unit, direction: str) -> None:
         if unit.gathered or unit.gather is not None:
             return
-        unit.full.untyped_storage().resize_(unit.nbytes)   # memory for the whole unit again
+        unit.full.untyped_storage().resize_(unit.nbytes)  # memory for the whole unit again
         if self.meter is not None:
-            self.meter.exclude([unit.full])                # gathered weights are not activations
+            self.meter.exclude([unit.full])  # gathered weights are not activations
         unit.gather = all_gather_unit(unit, direction, self.group)
 
     def _fetch(self, unit: Unit, direction: str) -> None:
@@ -187,7 +206,7 @@ class ZeRO3:
         for i, unit in enumerate(self.units):
             # phase: gather (and prefetch the next units' gathers, to overlap this unit's compute)
             self._fetch(unit, FWD)
-            for nxt in self.units[i + 1:i + 1 + self.prefetch]:
+            for nxt in self.units[i + 1 : i + 1 + self.prefetch]:
                 self._launch_gather(nxt, FWD)
             # phase: compute
             x = self.forwards[i](x)
@@ -202,29 +221,35 @@ class ZeRO3:
         def hook(grad: torch.Tensor) -> None:
             # phase: gather for the backward, prefetching the units whose backward comes next
             self._fetch(unit, BWD)
-            for prev in reversed(self.units[max(0, unit.index - self.prefetch):unit.index]):
+            for prev in reversed(self.units[max(0, unit.index - self.prefetch) : unit.index]):
                 self._launch_gather(prev, BWD)
+
         return hook
 
     def _grad_ready_hook(self, unit: Unit, offset: int) -> Callable[[nn.Parameter], None]:
         def hook(param: nn.Parameter) -> None:
-            if unit.grad_full is None:   # first gradient of the unit this step
-                unit.grad_full = torch.zeros(unit.layout.padded, dtype=param.dtype, device=param.device)
-            unit.grad_full[offset:offset + param.numel()].copy_(param.grad.reshape(-1))
+            if unit.grad_full is None:  # first gradient of the unit this step
+                unit.grad_full = torch.zeros(
+                    unit.layout.padded, dtype=param.dtype, device=param.device
+                )
+            unit.grad_full[offset : offset + param.numel()].copy_(param.grad.reshape(-1))
             param.grad = None
             unit.pending -= 1
-            if unit.pending == 0:        # the unit's backward is over
-                self._free(unit)                                  # phase: free
-                unit.grad_full.div_(self.world_size)              # phase: reduce (mean, async)
+            if unit.pending == 0:  # the unit's backward is over
+                self._free(unit)  # phase: free
+                unit.grad_full.div_(self.world_size)  # phase: reduce (mean, async)
                 unit.reduce = reduce_scatter_unit(unit, self.group)
+
         return hook
 
     def finish_reduce(self) -> None:
         for unit in self.units:
             if unit.pending != 0:
-                raise RuntimeError(f"unit {unit.index} ({unit.name}) got no gradient for some parameters")
+                raise RuntimeError(
+                    f"unit {unit.index} ({unit.name}) got no gradient for some parameters"
+                )
             wait_reduce(unit)
-            unit.grad_full = None        # only the reduced slice stays
+            unit.grad_full = None  # only the reduced slice stays
             unit.pending = len(unit.layout.params)
 
     # -- the step --------------------------------------------------------------------------------
@@ -249,7 +274,9 @@ class ZeRO3:
         state = {}
         for unit in self.units:
             self._fetch(unit, FWD)
-            state.update({n: p.detach().clone() for n, p in zip(unit.layout.names, unit.layout.params)})
+            state.update(
+                {n: p.detach().clone() for n, p in zip(unit.layout.names, unit.layout.params)}
+            )
             self._free(unit)
         return state
 
@@ -262,18 +289,26 @@ def main(argv: list[str] | None = None) -> None:
         model.to(torch.bfloat16)
     meter = UnitActivationMeter()
     zero = ZeRO3(model, ctx.args.precision, ctx.group, prefetch=prefetch, meter=meter)
-    ctx.strategy_options.update(zero_stage=3, dp_degree=zero.world_size, prefetch=prefetch, units=zero.describe())
+    ctx.strategy_options.update(
+        zero_stage=3, dp_degree=zero.world_size, prefetch=prefetch, units=zero.describe()
+    )
 
     def step(k: int) -> float:
         tokens, targets = ctx.dp_batch(k, zero.rank, zero.world_size)
         zero.before_optimizer = lambda: ctx.count_memory(
-            k, [u.shard for u in zero.units], [*(u.grad_shard for u in zero.units), *(p.grad for p in model.parameters())],
-            zero.opt.optimizer, extra_optimizer=zero.opt.master_copies())
+            k,
+            [u.shard for u in zero.units],
+            [*(u.grad_shard for u in zero.units), *(p.grad for p in model.parameters())],
+            zero.opt.optimizer,
+            extra_optimizer=zero.opt.master_copies(),
+        )
         with meter:
             return zero.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=zero.full_state_dict(), activation_peak_bytes=meter.peak_bytes)
+    harness.finish(
+        ctx, losses, params=zero.full_state_dict(), activation_peak_bytes=meter.peak_bytes
+    )
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 
 Run: python scripts/gpu_gloo_probe.py   (prints one line per collective: ok, or the error)
 """
+
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 import sys
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -32,11 +33,17 @@ def _cases(rank: int, world: int, dev: torch.device) -> dict:
         "all_reduce": lambda: dist.all_reduce(x.clone()),
         "all_reduce async": lambda: dist.all_reduce(x.clone(), async_op=True).wait(),
         "broadcast": lambda: dist.broadcast(x.clone(), src=0),
-        "all_gather (list)": lambda: dist.all_gather([torch.empty_like(x) for _ in range(world)], x),
-        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(torch.empty(world * 1024, device=dev), x),
-        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(torch.empty(512, device=dev), x.clone()),
+        "all_gather (list)": lambda: dist.all_gather(
+            [torch.empty_like(x) for _ in range(world)], x
+        ),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(
+            torch.empty(world * 1024, device=dev), x
+        ),
+        "reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(
+            torch.empty(512, device=dev), x.clone()
+        ),
         "barrier": lambda: dist.barrier(),
-        "send/recv": send_recv,          # last: a one-sided failure here can only time out
+        "send/recv": send_recv,  # last: a one-sided failure here can only time out
         "isend/irecv": isend_irecv,
     }
 

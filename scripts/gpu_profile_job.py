@@ -2,6 +2,7 @@
 
 Run: python scripts/gpu_profile_job.py OUT_DIR   (one process, one GPU; prints the run folder)
 """
+
 from __future__ import annotations
 
 import sys

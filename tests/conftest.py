@@ -1,4 +1,5 @@
 """Shared test fixtures: paths to the real traces and the committed sample runs."""
+
 from __future__ import annotations
 
 import os
@@ -13,12 +14,18 @@ HTA = ROOT.parent / "shared" / "data" / "hta"
 SAMPLES = ROOT / "sample_traces"
 
 
-def run_cli(*args: str, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """`tracekit ARGS` in a subprocess, exactly as a user runs it."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run(
         [sys.executable, "-m", "tracekit.cli", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+        env=env,
     )
 
 

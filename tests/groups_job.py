@@ -9,6 +9,7 @@ pair 0 -> 1 and 3 -> 2 on the world group, and a world barrier. Rank 1 sleeps be
 all_reduce so that rank 0 waits for it (a known synchronisation wait). Writes the traces,
 flight-recorder dumps and a run.json with ``strategy_options.process_groups``, as the harness does.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,7 +37,7 @@ def main() -> None:
     x = torch.ones(ELEMS)
     gathered = torch.empty(2 * ELEMS)
     shard = torch.empty(ELEMS // 2)
-    for k in range(1 + STEPS):       # one unprofiled warm-up step, then the profiled ones
+    for k in range(1 + STEPS):  # one unprofiled warm-up step, then the profiled ones
         if k == 1:
             prof_cm = capture.profile(run, rank, STEPS)
             prof = prof_cm.__enter__()
@@ -57,26 +58,47 @@ def main() -> None:
             prof.step()
     prof_cm.__exit__(None, None, None)
     capture.dump_flight_recorder(run, rank)
-    groups = [{"name": dist._get_process_group_name(g), "desc": d, "dim": dim, "ranks": r}
-              for g, d, dim, r in ((rows[0], "row0", "row", [0, 1]), (rows[1], "row1", "row", [2, 3]),
-                                   (cols[0], None, "col", [0, 2]), (cols[1], None, "col", [1, 3]))
-              if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER]
+    groups = [
+        {"name": dist._get_process_group_name(g), "desc": d, "dim": dim, "ranks": r}
+        for g, d, dim, r in (
+            (rows[0], "row0", "row", [0, 1]),
+            (rows[1], "row1", "row", [2, 3]),
+            (cols[0], None, "col", [0, 2]),
+            (cols[1], None, "col", [1, 3]),
+        )
+        if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER
+    ]
     everyone: list = [None] * world
     dist.all_gather_object(everyone, groups)
     if rank == 0:
         merged = {g["name"]: g for gs in everyone for g in gs}
-        runfolder.write_json_atomic(runfolder.run_json_path(run), {
-            "schema_version": runfolder.RUN_SCHEMA_VERSION, "strategy": "groups-test", "world_size": world,
-            "backend": "gloo", "device": "cpu", "status": "ok", "errors": [],
-            "config": {"strategy_options": {"process_groups": sorted(merged.values(), key=lambda g: g["name"])}},
-            "topology": [{"rank": r, "node": r // 2, "host": "vm", "local_rank": r % 2} for r in range(world)],
-        })
+        runfolder.write_json_atomic(
+            runfolder.run_json_path(run),
+            {
+                "schema_version": runfolder.RUN_SCHEMA_VERSION,
+                "strategy": "groups-test",
+                "world_size": world,
+                "backend": "gloo",
+                "device": "cpu",
+                "status": "ok",
+                "errors": [],
+                "config": {
+                    "strategy_options": {
+                        "process_groups": sorted(merged.values(), key=lambda g: g["name"])
+                    }
+                },
+                "topology": [
+                    {"rank": r, "node": r // 2, "host": "vm", "local_rank": r % 2}
+                    for r in range(world)
+                ],
+            },
+        )
     dist.barrier()
     dist.destroy_process_group()
 
 
 def col_src(rank: int) -> int:
-    return rank % 2          # the column's first rank: 0 in {0,2}, 1 in {1,3}
+    return rank % 2  # the column's first rank: 0 in {0,2}, 1 in {1,3}
 
 
 if __name__ == "__main__":

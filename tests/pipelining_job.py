@@ -8,6 +8,7 @@ would bring: ``OUT/gpipe/rank<R>.json`` (ScheduleGPipe, one stage per rank: labe
 ``Forward i`` / ``Backward i``) and ``OUT/interleaved/rank<R>.json`` (ScheduleInterleaved1F1B, two
 stages per rank: labels ``PP:<stage>F<mb>``, ``PP:<stage>B<mb>``, ``PP:<stage>SEND_F<mb>``, ...).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,11 @@ def train(kind: str, out: Path, rank: int, world: int) -> None:
     cfg = GPTConfig()
     per_rank = 2 if kind == "interleaved" else 1
     stages_total = world * per_rank
-    ids = [rank + world * i for i in range(per_rank)]          # looped placement: rank r holds r, r+world
+    ids = [rank + world * i for i in range(per_rank)]  # looped placement: rank r holds r, r+world
     modules = [Stage(cfg, 0, s, stages_total) for s in ids]
-    stages = [PipelineStage(mod, s, stages_total, torch.device("cpu")) for mod, s in zip(modules, ids)]
+    stages = [
+        PipelineStage(mod, s, stages_total, torch.device("cpu")) for mod, s in zip(modules, ids)
+    ]
     if kind == "gpipe":
         schedule = ScheduleGPipe(stages[0], n_microbatches=MICROBATCHES, loss_fn=loss_fn)
     else:
@@ -50,8 +53,11 @@ def train(kind: str, out: Path, rank: int, world: int) -> None:
     for k in range(WARMUP):
         step(k)
     dist.barrier()
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
-                                  schedule=torch.profiler.schedule(wait=0, warmup=0, active=STEPS, repeat=1))
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        record_shapes=True,
+        schedule=torch.profiler.schedule(wait=0, warmup=0, active=STEPS, repeat=1),
+    )
     with prof:
         for k in range(WARMUP, WARMUP + STEPS):
             step(k)

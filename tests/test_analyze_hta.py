@@ -4,6 +4,7 @@ HTA's temporal breakdown is in percent of the GPU span: idle, compute, non-compu
 exposed communication + other); its overlap is |comm ∩ compute| / |comm|. Reference values from
 ../shared/data/hta/README.md (HTA 0.5.0).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

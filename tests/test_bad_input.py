@@ -4,6 +4,7 @@ or, where a partial result is more useful, a warning, the result, summary.json `
 and exit status 0. (Empty, truncated and corrupt gzip, truncated JSON, JSON that is not a
 trace and a run.json that is not JSON are in test_cli.py.) Inputs are our real sample traces,
 damaged on purpose."""
+
 from __future__ import annotations
 
 import ctypes
@@ -17,10 +18,10 @@ import zlib
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, SAMPLES, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, SAMPLES, run_cli
 from tracekit.analyze import analyze
 from tracekit.errors import TracekitError
 
@@ -48,7 +49,9 @@ def nothing_left(folder: Path, expected: set[str]) -> None:
     assert names == expected
 
 
-def cli(*args: str, env: dict[str, str] | None = None, drop_root_read: bool = False) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, env: dict[str, str] | None = None, drop_root_read: bool = False
+) -> subprocess.CompletedProcess:
     """`tracekit ARGS`; ``drop_root_read``: as root, without the capabilities that let root read
     any file (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so that permissions apply as to a user."""
     if env is None and not drop_root_read:
@@ -56,13 +59,19 @@ def cli(*args: str, env: dict[str, str] | None = None, drop_root_read: bool = Fa
 
     def drop() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
-        for cap in (1, 2):                      # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-            if libc.prctl(24, cap, 0, 0, 0) != 0:   # PR_CAPBSET_DROP: gone after exec
+        for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP: gone after exec
                 raise OSError(ctypes.get_errno(), "prctl")
 
-    return subprocess.run([sys.executable, "-m", "tracekit.cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env={**os.environ, **(env or {})},
-                          preexec_fn=drop if drop_root_read and os.geteuid() == 0 else None)
+    return subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        preexec_fn=drop if drop_root_read and os.geteuid() == 0 else None,
+    )
 
 
 # --- damaged traces: errors ------------------------------------------------------------------
@@ -71,7 +80,9 @@ def cli(*args: str, env: dict[str, str] | None = None, drop_root_read: bool = Fa
 def test_invalid_utf8(tmp_path: Path) -> None:
     text = json.dumps(sample()).encode().replace(b"ProfilerStep#", b"Profiler\xff\xfeStep#", 1)
     (tmp_path / "rank0.json").write_bytes(text)
-    one_line_error(run_cli("analyze", str(tmp_path)), str(tmp_path / "rank0.json"), "not valid JSON", "UTF-8")
+    one_line_error(
+        run_cli("analyze", str(tmp_path)), str(tmp_path / "rank0.json"), "not valid JSON", "UTF-8"
+    )
     nothing_left(tmp_path, {"rank0.json"})
 
 
@@ -79,7 +90,11 @@ def test_only_metadata_nothing_to_analyse(tmp_path: Path) -> None:
     trace = sample()
     trace["traceEvents"] = [e for e in trace["traceEvents"] if e.get("ph") == "M"]
     (tmp_path / "rank0.json").write_text(json.dumps(trace))
-    one_line_error(run_cli("analyze", str(tmp_path / "rank0.json")), "rank0.json", "the traces hold no timed events")
+    one_line_error(
+        run_cli("analyze", str(tmp_path / "rank0.json")),
+        "rank0.json",
+        "the traces hold no timed events",
+    )
     nothing_left(tmp_path, {"rank0.json"})
 
 
@@ -90,18 +105,24 @@ def test_bad_durations_and_huge_integers_warn_and_analyse(tmp_path: Path) -> Non
     trace = sample()
     xs = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
     xs[0]["dur"] = -5
-    xs[1]["dur"] = float("nan")        # json.dumps writes a bare NaN
+    xs[1]["dur"] = float("nan")  # json.dumps writes a bare NaN
     del xs[2]["dur"]
-    xs[3]["ts"] = 10**30               # beyond 64-bit nanoseconds
+    xs[3]["ts"] = 10**30  # beyond 64-bit nanoseconds
     xs[4]["args"]["External id"] = 2**70
-    name = "[red]rank0[bold].json"          # rich markup in a name: printed as text, never styled
+    name = "[red]rank0[bold].json"  # rich markup in a name: printed as text, never styled
     (tmp_path / name).write_text(json.dumps(trace))
     proc = run_cli("analyze", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     summary = json.loads((tmp_path / "analysis" / "summary.json").read_text())
-    assert f"{name}: dropped 3 events with missing/negative/NaN durations or non-numeric timestamps" in summary["warnings"]
-    assert f"{name}: dropped 1 events whose times do not fit in 64-bit nanoseconds" in summary["warnings"]
+    assert (
+        f"{name}: dropped 3 events with missing/negative/NaN durations or non-numeric timestamps"
+        in summary["warnings"]
+    )
+    assert (
+        f"{name}: dropped 1 events whose times do not fit in 64-bit nanoseconds"
+        in summary["warnings"]
+    )
     assert f"warning: {name}: dropped 3 events" in proc.stderr.replace("\n", " ")
     assert summary["ranks"][0]["rank"] == 0 and summary["window"]["steps"] == 2
     nothing_left(tmp_path, {name, "analysis"})
@@ -127,12 +148,21 @@ def test_a_2gb_trace_on_a_small_machine(tmp_path: Path) -> None:
     with open(big, "wb") as f:
         f.truncate(2 * 10**9)
     rss = tmp_path.parent / f"{tmp_path.name}.rss"
-    proc = subprocess.run([sys.executable, "-c", MEASURED_CLI, str(rss), "analyze", str(big)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "TRACEKIT_MAX_TRACE_BYTES": "1G"})
-    one_line_error(proc, str(big), "trace too large to parse on this machine: 2.00 GB of JSON",
-                   "limit of 1.07 GB (TRACEKIT_MAX_TRACE_BYTES)")
-    assert int(rss.read_text()) < 300_000          # KiB (about 60 MB here): the 2 GB was never read
+    proc = subprocess.run(
+        [sys.executable, "-c", MEASURED_CLI, str(rss), "analyze", str(big)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "TRACEKIT_MAX_TRACE_BYTES": "1G"},
+    )
+    one_line_error(
+        proc,
+        str(big),
+        "trace too large to parse on this machine: 2.00 GB of JSON",
+        "limit of 1.07 GB (TRACEKIT_MAX_TRACE_BYTES)",
+    )
+    assert int(rss.read_text()) < 300_000  # KiB (about 60 MB here): the 2 GB was never read
     nothing_left(tmp_path, {"rank0.json"})
 
 
@@ -143,9 +173,13 @@ def test_default_limit_follows_available_memory(tmp_path: Path) -> None:
     assert avail and avail > 0
     big = tmp_path / "rank0.json"
     with open(big, "wb") as f:
-        f.truncate(2 * avail)                     # sparse: twice this machine's free memory
-    one_line_error(cli("analyze", str(big), env={"TRACEKIT_MAX_TRACE_BYTES": ""}),
-                   "too large", "of available memory", "TRACEKIT_MAX_TRACE_BYTES")
+        f.truncate(2 * avail)  # sparse: twice this machine's free memory
+    one_line_error(
+        cli("analyze", str(big), env={"TRACEKIT_MAX_TRACE_BYTES": ""}),
+        "too large",
+        "of available memory",
+        "TRACEKIT_MAX_TRACE_BYTES",
+    )
 
 
 def _zeros_gzip(n: int) -> bytes:
@@ -161,14 +195,23 @@ def test_gzip_bomb(tmp_path: Path) -> None:
     assert len(bomb) < 200_000
     (tmp_path / "rank0.json.gz").write_bytes(bomb)
     env = {"TRACEKIT_MAX_TRACE_BYTES": "1M"}
-    one_line_error(cli("analyze", str(tmp_path / "rank0.json.gz"), env=env),
-                   "rank0.json.gz", "0.07 GB of JSON once uncompressed")
+    one_line_error(
+        cli("analyze", str(tmp_path / "rank0.json.gz"), env=env),
+        "rank0.json.gz",
+        "0.07 GB of JSON once uncompressed",
+    )
     (tmp_path / "rank0.json.gz").write_bytes(bomb[:-4] + (100).to_bytes(4, "little"))
-    one_line_error(cli("analyze", str(tmp_path / "rank0.json.gz"), env=env),
-                   "rank0.json.gz", "more than", "once uncompressed")
+    one_line_error(
+        cli("analyze", str(tmp_path / "rank0.json.gz"), env=env),
+        "rank0.json.gz",
+        "more than",
+        "once uncompressed",
+    )
     nothing_left(tmp_path, {"rank0.json.gz"})
-    one_line_error(cli("analyze", str(tmp_path), env={"TRACEKIT_MAX_TRACE_BYTES": "lots"}),
-                   "TRACEKIT_MAX_TRACE_BYTES='lots' is not a number of bytes")
+    one_line_error(
+        cli("analyze", str(tmp_path), env={"TRACEKIT_MAX_TRACE_BYTES": "lots"}),
+        "TRACEKIT_MAX_TRACE_BYTES='lots' is not a number of bytes",
+    )
 
 
 # --- permissions -------------------------------------------------------------------------------
@@ -181,16 +224,25 @@ def test_unreadable_file_and_folder(tmp_path: Path) -> None:
     shutil.copy(TRACE, folder / "rank0.json.gz")
     (folder / "rank0.json.gz").chmod(0)
     try:
-        one_line_error(cli("analyze", str(folder), "--out", str(tmp_path / "a"), drop_root_read=True),
-                       str(folder / "rank0.json.gz"), "cannot read the file (Permission denied)")
+        one_line_error(
+            cli("analyze", str(folder), "--out", str(tmp_path / "a"), drop_root_read=True),
+            str(folder / "rank0.json.gz"),
+            "cannot read the file (Permission denied)",
+        )
         (folder / "rank0.json.gz").chmod(0o644)
         sub = folder / "more"
         sub.mkdir()
         sub.chmod(0)
-        one_line_error(cli("analyze", str(folder), "--out", str(tmp_path / "a"), drop_root_read=True),
-                       str(sub), "cannot read the folder (Permission denied)")
-        one_line_error(cli("analyze", str(sub / "rank1.json.gz"), drop_root_read=True),
-                       str(sub / "rank1.json.gz"), "Permission denied")
+        one_line_error(
+            cli("analyze", str(folder), "--out", str(tmp_path / "a"), drop_root_read=True),
+            str(sub),
+            "cannot read the folder (Permission denied)",
+        )
+        one_line_error(
+            cli("analyze", str(sub / "rank1.json.gz"), drop_root_read=True),
+            str(sub / "rank1.json.gz"),
+            "Permission denied",
+        )
     finally:
         for p in (folder / "rank0.json.gz", folder / "more"):
             if p.exists():
@@ -212,8 +264,11 @@ def test_run_json_with_wrong_types(run_copy: Path) -> None:
     data = json.loads((run_copy / "run.json").read_text())
     data["world_size"] = "two"
     (run_copy / "run.json").write_text(json.dumps(data))
-    one_line_error(run_cli("analyze", str(run_copy)), str(run_copy / "run.json"),
-                   "run.json is damaged (world_size 'two' is not a positive integer)")
+    one_line_error(
+        run_cli("analyze", str(run_copy)),
+        str(run_copy / "run.json"),
+        "run.json is damaged (world_size 'two' is not a positive integer)",
+    )
     data["world_size"], data["topology"] = 2, [{"rank": "0"}]
     (run_copy / "run.json").write_text(json.dumps(data))
     one_line_error(run_cli("analyze", str(run_copy)), "topology entry")
@@ -223,7 +278,9 @@ def test_run_json_with_wrong_types(run_copy: Path) -> None:
 def test_out_that_is_a_file(run_copy: Path, tmp_path: Path) -> None:
     target = tmp_path / "notes.txt"
     target.write_text("mine")
-    one_line_error(run_cli("analyze", str(run_copy), "--out", str(target)), str(target), "not a folder")
+    one_line_error(
+        run_cli("analyze", str(run_copy), "--out", str(target)), str(target), "not a folder"
+    )
     assert target.read_text() == "mine"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
@@ -231,8 +288,12 @@ def test_out_that_is_a_file(run_copy: Path, tmp_path: Path) -> None:
 RUN_KEYS = ["world_size", "status", "errors", "topology", "config", "strategy", "precision"]
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["rank", "node", "host", "x"]), inner, max_size=3),
-    max_leaves=5)
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["rank", "node", "host", "x"]), inner, max_size=3)
+    ),
+    max_leaves=5,
+)
 
 
 @pytest.fixture(scope="module")
@@ -242,15 +303,28 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     run = tmp_path_factory.mktemp("mutated")
     (run / "traces").mkdir()
-    shutil.copy(HTA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", run / "traces" / "rank34.json.gz")
+    shutil.copy(
+        HTA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+        run / "traces" / "rank34.json.gz",
+    )
     return run
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(changes=st.dictionaries(st.sampled_from(RUN_KEYS), JSON_VALUES, max_size=3))
 def test_mutated_run_json_never_crashes(small_run: Path, changes: dict) -> None:
-    base = {"schema_version": 1, "strategy": "dp", "world_size": 35, "status": "ok", "errors": [],
-            "topology": [{"rank": 34, "node": 0, "host": "h", "local_rank": 0}]}
+    base = {
+        "schema_version": 1,
+        "strategy": "dp",
+        "world_size": 35,
+        "status": "ok",
+        "errors": [],
+        "topology": [{"rank": 34, "node": 0, "host": "h", "local_rank": 0}],
+    }
     (small_run / "run.json").write_text(json.dumps({**base, **changes}))
     try:
         result = analyze(small_run)

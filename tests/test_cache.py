@@ -3,6 +3,7 @@
 Real traces from ../shared/data/hta (trace_filter: two ranks of a real GPU job) and the committed
 DP sample run; the cache is checked against a fresh parse, never against itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import HTA, SAMPLES, run_cli
 from polars.testing import assert_frame_equal
 
 from tracekit import cache
 from tracekit.analyze import analyze
 from tracekit.ingest import kineto
 from tracekit.ingest.kineto import read_traces
-
-from conftest import HTA, SAMPLES, run_cli
 
 TRACE_FILTER = sorted((HTA / "trace_filter").glob("*.json.gz"))
 
@@ -75,11 +75,13 @@ def test_entries_are_written_beside_and_read_back_identical(traces, fresh, monke
 def test_a_changed_trace_is_parsed_again(traces, monkeypatch):
     read_traces(traces, workers=1, cache=True)
     stat = traces[0].stat()
-    os.utime(traces[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))   # touched: new mtime
+    os.utime(traces[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: new mtime
     parsed = _parse_spy(monkeypatch)
     read_traces(traces, workers=1, cache=True)
     assert parsed == [traces[0]]
-    assert cache.read_meta(cache.beside(traces[0]))["key"] == cache.key(traces[0]), "entry rewritten"
+    assert cache.read_meta(cache.beside(traces[0]))["key"] == cache.key(traces[0]), (
+        "entry rewritten"
+    )
 
 
 def test_entries_of_other_code_or_damaged_are_ignored(traces, fresh, monkeypatch):
@@ -142,7 +144,9 @@ def test_ingest_at_source(tmp_path, monkeypatch):
     from tracekit.capture import write_events_parquet
 
     run = tmp_path / "dp"
-    shutil.copytree(SAMPLES / "dp", run, ignore=shutil.ignore_patterns("analysis", "*.events.parquet"))
+    shutil.copytree(
+        SAMPLES / "dp", run, ignore=shutil.ignore_patterns("analysis", "*.events.parquet")
+    )
     reference = analyze(run, cache=False)
     for trace in sorted((run / "traces").glob("rank*.json.gz")):
         entry = write_events_parquet(trace)

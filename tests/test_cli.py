@@ -1,4 +1,5 @@
 """The CLI as a user meets it: one-line errors with exit status 2, no traceback, nothing half-written."""
+
 from __future__ import annotations
 
 import gzip
@@ -6,7 +7,6 @@ import json
 import os
 
 import pytest
-
 from conftest import HTA, run_cli
 
 
@@ -35,7 +35,10 @@ def test_folder_without_traces(tmp_path):
     "name,content",
     [
         ("empty.json.gz", b""),
-        ("truncated.json.gz", gzip.compress(json.dumps({"traceEvents": [{"ph": "X"}] * 50}).encode())[:40]),
+        (
+            "truncated.json.gz",
+            gzip.compress(json.dumps({"traceEvents": [{"ph": "X"}] * 50}).encode())[:40],
+        ),
         ("corrupt.json.gz", b"\x1f\x8b\x08\x00garbage-garbage-garbage"),
         ("truncated.json", b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2'),
         ("not_a_trace.json", b'{"hello": "world"}'),
@@ -72,7 +75,10 @@ def test_read_only_input_folder_needs_out_and_works_with_it(tmp_path):
     """The shared HTA folder is read-only in CI: writing beside it fails clearly, --out works."""
     refused = run_cli("analyze", str(HTA / "trace_filter"))
     assert_one_line_error(refused, "--out", "read-only")
-    assert sorted(p.name for p in (HTA / "trace_filter").iterdir()) == ["sampled_rank-0.json.gz", "sampled_rank-1.json.gz"]
+    assert sorted(p.name for p in (HTA / "trace_filter").iterdir()) == [
+        "sampled_rank-0.json.gz",
+        "sampled_rank-1.json.gz",
+    ]
     out = tmp_path / "analysis"
     proc = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -81,7 +87,9 @@ def test_read_only_input_folder_needs_out_and_works_with_it(tmp_path):
     for table in ("ranks", "timeline", "collectives", "events"):
         assert (out / f"{table}.parquet").is_file()
     assert "rank" in proc.stdout and "compute" in proc.stdout
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folders left"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], (
+        "no temporary folders left"
+    )
 
 
 def test_unknown_command_and_bad_option_exit_2():

@@ -6,6 +6,7 @@ and host_name change, and so do its flight-recorder entry times (same host clock
 alignment must recover OFFSET_NS within the jitter of the collectives' ends observed in the
 untouched run.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -20,7 +21,7 @@ from tracekit.analyze import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DP = REPO / "sample_traces" / "dp"
-OFFSET_NS = 1_234_567_891          # rank 1's clock runs 1.23 s ahead
+OFFSET_NS = 1_234_567_891  # rank 1's clock runs 1.23 s ahead
 
 
 def _shift_rank(run: Path, rank: int, offset_ns: int, host: str) -> None:
@@ -53,7 +54,9 @@ def shifted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _end_jitter(a) -> int:
     """The largest |end_1 - end_0| over matched end-synchronous calls of one-clock traces."""
-    m = a.frames["collective_matches"].filter(pl.col("op").is_in(["all_reduce", "all_gather", "barrier"]))
+    m = a.frames["collective_matches"].filter(
+        pl.col("op").is_in(["all_reduce", "all_gather", "barrier"])
+    )
     ends = m.pivot(on="rank", index="call_id", values="end_ns")
     return int((ends["1"] - ends["0"]).abs().max())
 
@@ -85,4 +88,4 @@ def test_unaligned_traces_show_the_skew(shifted: Path) -> None:
     a = analyze(shifted, align_clocks=False)
     assert a.summary["clock"]["applied"] is False
     w = {r["rank"]: r["start_ns"] for r in a.summary["window"]["per_rank"]}
-    assert abs((w[1] - w[0]) - OFFSET_NS) < 0.1 * OFFSET_NS     # the skew is all there
+    assert abs((w[1] - w[0]) - OFFSET_NS) < 0.1 * OFFSET_NS  # the skew is all there

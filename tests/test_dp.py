@@ -1,4 +1,5 @@
 """Data parallelism, end to end: real 2-rank gloo jobs checked against single-process training."""
+
 from __future__ import annotations
 
 import gzip
@@ -18,8 +19,20 @@ from tracekit.launch import RunOptions, run_job
 
 pytestmark = pytest.mark.slow
 
-RUN_JSON_KEYS = {"schema_version", "strategy", "config", "world_size", "backend", "device", "precision",
-                 "versions", "environment", "topology", "status", "errors"}
+RUN_JSON_KEYS = {
+    "schema_version",
+    "strategy",
+    "config",
+    "world_size",
+    "backend",
+    "device",
+    "precision",
+    "versions",
+    "environment",
+    "topology",
+    "status",
+    "errors",
+}
 REPO = Path(__file__).resolve().parents[1]
 STEPS, WARMUP = 3, 1
 
@@ -28,7 +41,11 @@ STEPS, WARMUP = 3, 1
 def dp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRACEKIT_SAVE_PARAMS", "1")
-        run = run_job(RunOptions("dp", nproc=2, steps=STEPS, warmup=WARMUP, out=tmp_path_factory.mktemp("runs")))
+        run = run_job(
+            RunOptions(
+                "dp", nproc=2, steps=STEPS, warmup=WARMUP, out=tmp_path_factory.mktemp("runs")
+            )
+        )
     data = runfolder.load_run_json(run)
     assert data is not None and data["status"] == "ok", data
     return run
@@ -57,7 +74,7 @@ def test_parameters_match_single_process(dp_run: Path) -> None:
     p0, p1 = capture.load_params(dp_run, 0), capture.load_params(dp_run, 1)
     assert p0.keys() == ref.keys()
     for name, want in ref.items():
-        torch.testing.assert_close(p0[name], p1[name], rtol=0, atol=0)   # replicas stay identical
+        torch.testing.assert_close(p0[name], p1[name], rtol=0, atol=0)  # replicas stay identical
         torch.testing.assert_close(p0[name], want, rtol=1e-5, atol=1e-8, msg=name)
     # Against the full-batch gradient, summation order differs and Adam's g / (sqrt(v) + eps)
     # amplifies the rounding where a gradient element is ~eps (measured: 1 element of 867k moved
@@ -73,13 +90,23 @@ def test_run_json(dp_run: Path) -> None:
     data = runfolder.load_run_json(dp_run)
     assert RUN_JSON_KEYS <= data.keys()
     assert data["schema_version"] == runfolder.RUN_SCHEMA_VERSION
-    assert (data["strategy"], data["world_size"], data["backend"], data["device"], data["precision"]) == (
-        "dp", 2, "gloo", "cpu", "fp32")
+    assert (
+        data["strategy"],
+        data["world_size"],
+        data["backend"],
+        data["device"],
+        data["precision"],
+    ) == ("dp", 2, "gloo", "cpu", "fp32")
     assert data["status"] == "ok" and data["errors"] == []
-    assert [(t["rank"], t["node"], t["local_rank"]) for t in data["topology"]] == [(0, 0, 0), (1, 0, 1)]
+    assert [(t["rank"], t["node"], t["local_rank"]) for t in data["topology"]] == [
+        (0, 0, 0),
+        (1, 0, 1),
+    ]
     assert all(t["host"] for t in data["topology"])
     cfg = data["config"]
-    assert cfg["model"] == GPTConfig().as_dict() and cfg["seed"] == 0 and cfg["global_batch_size"] == 8
+    assert (
+        cfg["model"] == GPTConfig().as_dict() and cfg["seed"] == 0 and cfg["global_batch_size"] == 8
+    )
     assert cfg["steps"] == STEPS and cfg["warmup"] == WARMUP
     assert len(cfg["strategy_options"]["buckets"]) >= 2
     assert set(data["versions"]) == {"python", "torch", "tracekit"}
@@ -99,8 +126,11 @@ def test_traces_show_overlapped_bucket_all_reduce(dp_run: Path) -> None:
         assert any(n.startswith("comm:all_reduce:bucket") for n in names)
         assert any(n.startswith("comm:wait:bucket") for n in names)
         gloo = [e for e in events if e["name"] == "gloo:all_reduce"]
-        runloop = {e["tid"] for e in trace["traceEvents"]
-                   if e.get("ph") == "M" and "pt_gloo_runloop" in str(e.get("args", {}).get("name"))}
+        runloop = {
+            e["tid"]
+            for e in trace["traceEvents"]
+            if e.get("ph") == "M" and "pt_gloo_runloop" in str(e.get("args", {}).get("name"))
+        }
         assert gloo and {e["tid"] for e in gloo} <= runloop
         # the signature: some transfer starts while backward is still running
         backward = [e for e in events if e["name"] == "backward"]
@@ -113,9 +143,14 @@ def test_memory_is_16_psi(dp_run: Path) -> None:
     for rank in (0, 1):
         mem = json.loads(runfolder.memory_path(dp_run, rank).read_text())
         assert mem["params_bytes"] == 4 * psi
-        assert mem["grads_bytes"] == 4 * psi          # views into the buckets, counted once
-        assert 8 * psi <= mem["optimizer_bytes"] <= 8 * psi + 8 * n_tensors   # + Adam's step counters
-        assert mem["model_states_bytes"] == mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"]
+        assert mem["grads_bytes"] == 4 * psi  # views into the buckets, counted once
+        assert (
+            8 * psi <= mem["optimizer_bytes"] <= 8 * psi + 8 * n_tensors
+        )  # + Adam's step counters
+        assert (
+            mem["model_states_bytes"]
+            == mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"]
+        )
         assert mem["step"] == 1
 
 
@@ -130,9 +165,26 @@ def test_side_files(dp_run: Path) -> None:
 def test_runs_under_plain_torchrun(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "instrumented_runs.dp", "--out", str(tmp_path), "--steps", "2"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "instrumented_runs.dp",
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "2",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert run.name.startswith("dp-")
@@ -153,7 +205,7 @@ def test_bf16_mixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     steps = WARMUP + 2
     ref, _ = train_single(steps, precision="bf16-mixed")
     for a, b, r in zip(_losses(run, 0), _losses(run, 1), ref):
-        assert abs((a + b) / 2 - r) <= 1e-2 * abs(r)                     # DESIGN: bf16-mixed within 1e-2
+        assert abs((a + b) / 2 - r) <= 1e-2 * abs(r)  # DESIGN: bf16-mixed within 1e-2
     _, same_arith = train_single(steps, precision="bf16-mixed", accumulate=2)
     params = capture.load_params(run, 0)
     for name, want in same_arith.items():
@@ -161,6 +213,6 @@ def test_bf16_mixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         torch.testing.assert_close(params[name], want, rtol=1e-5, atol=1e-8, msg=name)
     psi = GPTConfig().n_params()
     mem = json.loads(runfolder.memory_path(run, 0).read_text())
-    assert mem["params_bytes"] == 2 * psi and mem["grads_bytes"] == 2 * psi   # K=12: 2 + 2 + 12
+    assert mem["params_bytes"] == 2 * psi and mem["grads_bytes"] == 2 * psi  # K=12: 2 + 2 + 12
     assert 12 * psi <= mem["optimizer_bytes"] <= 12 * psi + 8 * len(params)
     assert mem["optimizer_bytes_by_key"]["master"] == 4 * psi

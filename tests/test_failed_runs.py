@@ -2,6 +2,7 @@
 killed (SIGKILL found through /proc), one that hangs until the launcher's timeout. run.json says
 what happened, the traces that were written survive, no process is left behind, and
 `tracekit analyze` works on what survived (or says clearly that nothing did)."""
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
+
 from tracekit import runfolder
 from tracekit.launch import RunOptions, run_job
 
 HANG_REACHED = "rank 1 hangs at step 1 (test hook)"
-_REACHED_S: list[float] = []   # seconds a job took to reach the hang (test_killed_rank measures it)
+_REACHED_S: list[float] = []  # seconds a job took to reach the hang (test_killed_rank measures it)
 
 
 def hang_timeout() -> float:
@@ -53,7 +54,11 @@ def rank_pid(run: Path, rank: int) -> int | None:
             env = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if str(run).encode() in cmd and b"instrumented_runs.dp" in cmd and f"RANK={rank}".encode() in env:
+        if (
+            str(run).encode() in cmd
+            and b"instrumented_runs.dp" in cmd
+            and f"RANK={rank}".encode() in env
+        ):
             return int(entry.name)
     return None
 
@@ -67,7 +72,7 @@ def analyze_cli(run: Path, tmp_path: Path) -> tuple[object, dict | None]:
 
 def test_rank_raises_before_any_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEKIT_FAIL_RANK", "1")
-    monkeypatch.setenv("TRACEKIT_FAIL_STEP", "0")      # the warm-up step: nothing profiled yet
+    monkeypatch.setenv("TRACEKIT_FAIL_STEP", "0")  # the warm-up step: nothing profiled yet
     run = run_job(RunOptions("dp", nproc=2, steps=1, warmup=1, out=tmp_path / "runs"))
     data = runfolder.load_run_json(run)
     assert data["status"] == "failed"
@@ -89,8 +94,11 @@ def test_killed_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEKIT_HANG_STEP", "1")
     out = tmp_path / "runs"
     box: dict[str, Path] = {}
-    job = threading.Thread(target=lambda: box.setdefault("run", run_job(
-        RunOptions("dp", nproc=2, steps=1, warmup=1, timeout=240, out=out))))
+    job = threading.Thread(
+        target=lambda: box.setdefault(
+            "run", run_job(RunOptions("dp", nproc=2, steps=1, warmup=1, timeout=240, out=out))
+        )
+    )
     t0 = time.monotonic()
     job.start()
     pid, deadline = None, time.monotonic() + 200
@@ -115,7 +123,10 @@ def test_killed_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     proc, summary = analyze_cli(run, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [r["rank"] for r in summary["ranks"]] == [0]
-    assert "rank 1 of world size 2 (run.json) has no trace: the analysis covers rank 0 only" in summary["warnings"]
+    assert (
+        "rank 1 of world size 2 (run.json) has no trace: the analysis covers rank 0 only"
+        in summary["warnings"]
+    )
     status = [w for w in summary["warnings"] if w.startswith("the run's status is 'failed'")]
     assert status and "rank 1 signal: stopped by SIGKILL" in status[0]
     assert "rank 1 of world size 2" in proc.stderr.replace("\n", " ")
@@ -127,14 +138,23 @@ def test_hanging_rank_hits_the_timeout(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("TRACEKIT_HANG_RANK", "1")
     monkeypatch.setenv("TRACEKIT_HANG_STEP", "1")
     timeout = round(hang_timeout())
-    run = run_job(RunOptions("dp", nproc=2, steps=1, warmup=1, timeout=timeout, out=tmp_path / "runs"))
-    assert HANG_REACHED in (run / "logs" / "launcher.log").read_text(errors="replace"), \
+    run = run_job(
+        RunOptions("dp", nproc=2, steps=1, warmup=1, timeout=timeout, out=tmp_path / "runs")
+    )
+    assert HANG_REACHED in (run / "logs" / "launcher.log").read_text(errors="replace"), (
         f"the job did not reach the hang within the {timeout} s timeout (machine too busy?)"
+    )
     data = runfolder.load_run_json(run)
     assert data["status"] == "timeout"
-    assert data["errors"][0] == {"rank": None, "kind": "timeout", "message": f"job killed after the {timeout} s timeout"}
+    assert data["errors"][0] == {
+        "rank": None,
+        "kind": "timeout",
+        "message": f"job killed after the {timeout} s timeout",
+    }
     stopped = {e["rank"]: e["message"] for e in data["errors"] if e["kind"] == "stopped"}
-    assert sorted(stopped) == [0, 1] and all(m.startswith("still running when the job was stopped") for m in stopped.values())
+    assert sorted(stopped) == [0, 1] and all(
+        m.startswith("still running when the job was stopped") for m in stopped.values()
+    )
     assert not leftover_processes(run)
     traced = sorted(runfolder.rank_from_filename(p.name) for p in runfolder.find_trace_files(run))
     assert traced, "the SIGTERM grace lets at least one rank write its trace"

@@ -3,6 +3,7 @@
 tests/data/nccl/fr_rank{0,1}.json were written by FR_SCRIPT below under torch 2.13.0 (CPU);
 the module fixture runs the same script again so the installed torch is exercised too.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ from tracekit.ingest.flight_recorder import read_flight_record, read_flight_reco
 
 DATA = Path(__file__).parent / "data" / "nccl"
 
-FR_SCRIPT = r'''
+FR_SCRIPT = r"""
 import os, sys, torch, torch.distributed as dist
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
@@ -49,7 +50,7 @@ if isinstance(dump, str):
 with open(os.path.join(sys.argv[1], f"fr_rank{r}.json"), "wb") as f:
     f.write(dump)
 dist.destroy_process_group()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +60,21 @@ def live_dir(tmp_path_factory) -> Path:
     script.write_text(FR_SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(out)], capture_output=True, text=True, timeout=180, env=env)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
@@ -89,7 +103,7 @@ def test_ranks_version_and_no_timings(records):
         assert e["completed_ns"].null_count() == e.height
         assert e["duration_ms"].null_count() == e.height
         assert set(e["state"]) == {"scheduled"}
-        assert e["time_created_ns"].min() > 1_600_000_000 * 10**9     # epoch ns
+        assert e["time_created_ns"].min() > 1_600_000_000 * 10**9  # epoch ns
         assert e["time_created_ns"].is_sorted()
 
 
@@ -100,10 +114,19 @@ def test_default_group_ops_and_sizes(records):
         assert d["collective_seq_id"].to_list() == [1, 2, 3, 4, 5]
         # reduce_scatter_tensor shows up as gloo:all_reduce of the full input (gloo has none)
         assert d["profiling_name"].to_list() == [
-            "gloo:all_reduce", "gloo:all_gather", "gloo:all_reduce", "gloo:broadcast",
-            "gloo:barrier"]
-        assert d["op"].to_list() == ["all_reduce", "all_gather", "all_reduce", "broadcast",
-                                     "barrier"]
+            "gloo:all_reduce",
+            "gloo:all_gather",
+            "gloo:all_reduce",
+            "gloo:broadcast",
+            "gloo:barrier",
+        ]
+        assert d["op"].to_list() == [
+            "all_reduce",
+            "all_gather",
+            "all_reduce",
+            "broadcast",
+            "barrier",
+        ]
         assert d["input_sizes"].to_list() == [[[8]], [[8]], [[8]], [[3, 5]], []]
         assert d["output_sizes"].to_list() == [[[8]], [[2, 8]], [[8]], [[3, 5]], []]
         assert d["in_bytes"].to_list() == [32, 32, 16, 120, 0]
@@ -118,26 +141,31 @@ def test_send_recv_leave_no_entry_only_an_op_id(records):
         assert e.filter(pl.col("op").is_in(["send", "recv"])).height == 0
         d = by_group(rec, "default_pg")
         op_ids = dict(zip(d["op"].to_list()[3:], d["op_id"].to_list()[3:]))
-        assert op_ids["barrier"] - op_ids["broadcast"] == 2       # the send/recv took one
+        assert op_ids["barrier"] - op_ids["broadcast"] == 2  # the send/recv took one
 
 
 def test_second_and_third_groups_carry_name_desc_and_ranks(records):
     for rec in records:
         pair = by_group(rec, "pair")
         assert pair["pg_name"].unique().to_list() == ["1"]
-        assert pair["collective_seq_id"].to_list() == [1, 2]     # counts per group
+        assert pair["collective_seq_id"].to_list() == [1, 2]  # counts per group
         assert pair["in_bytes"].to_list() == [20, 20]
         assert pair["dtype"].unique().to_list() == ["Half"]
         solo = by_group(rec, "solo")
         assert solo.height == (1 if rec.rank == 1 else 0)
         groups = {r["pg_desc"]: r for r in rec.groups.to_dicts()}
-        assert "" not in rec.groups["pg_name"].to_list()         # gloo's pg_config placeholder
+        assert "" not in rec.groups["pg_name"].to_list()  # gloo's pg_config placeholder
         assert groups["default_pg"]["ranks"] == [0, 1]
         assert groups["pair"]["ranks"] == [0, 1]
         assert groups["pair"]["ranks_source"] == "entries"
         if rec.rank == 1:
-            assert groups["solo"] == {"pg_name": "2", "pg_desc": "solo", "pg_id": 2,
-                                      "ranks": [1], "ranks_source": "entries"}
+            assert groups["solo"] == {
+                "pg_name": "2",
+                "pg_desc": "solo",
+                "pg_id": 2,
+                "ranks": [1],
+                "ranks_source": "entries",
+            }
 
 
 def test_seq_ids_increase_per_group_on_every_rank(records):
@@ -149,14 +177,37 @@ def test_seq_ids_increase_per_group_on_every_rank(records):
 
 def test_the_real_dump_keys(records):
     raw = json.loads(Path(records[0].path).read_bytes())
-    assert set(raw) == {"version", "comm_lib_version", "pg_config", "pg_status", "entries",
-                        "nccl_comm_state"}
+    assert set(raw) == {
+        "version",
+        "comm_lib_version",
+        "pg_config",
+        "pg_status",
+        "entries",
+        "nccl_comm_state",
+    }
     assert raw["pg_config"] == {"": {"desc": "", "name": "", "ranks": "[]"}}
     assert set(raw["entries"][0]) == {
-        "collective_seq_id", "input_dtypes", "input_sizes", "is_p2p", "op_id", "output_dtypes",
-        "output_sizes", "p2p_seq_id", "pg_id", "process_group", "profiling_name", "record_id",
-        "retired", "state", "thread_id", "thread_name", "time_created_ns",
-        "time_discovered_completed_ns", "time_discovered_started_ns", "timeout_ms"}
+        "collective_seq_id",
+        "input_dtypes",
+        "input_sizes",
+        "is_p2p",
+        "op_id",
+        "output_dtypes",
+        "output_sizes",
+        "p2p_seq_id",
+        "pg_id",
+        "process_group",
+        "profiling_name",
+        "record_id",
+        "retired",
+        "state",
+        "thread_id",
+        "thread_name",
+        "time_created_ns",
+        "time_discovered_completed_ns",
+        "time_discovered_started_ns",
+        "timeout_ms",
+    }
 
 
 # -- rank and pg_config handling ----------------------------------------------------------------
@@ -167,7 +218,9 @@ def test_rank_from_argument_name_or_dump(tmp_path):
     (tmp_path / "dump.json").write_text(json.dumps(data))
     rec = read_flight_record(tmp_path / "dump.json")
     assert rec.rank is None and "no rank" in rec.warnings[0]
-    assert read_flight_record(tmp_path / "dump.json", rank=3).entries["rank"].unique().to_list() == [3]
+    assert read_flight_record(tmp_path / "dump.json", rank=3).entries[
+        "rank"
+    ].unique().to_list() == [3]
     (tmp_path / "with_rank.json").write_text(json.dumps({**data, "rank": 5}))
     assert read_flight_record(tmp_path / "with_rank.json", rank=3).rank == 5
 
@@ -175,8 +228,10 @@ def test_rank_from_argument_name_or_dump(tmp_path):
 def test_pg_config_ranks_string_as_nccl_writes_it(tmp_path):
     """NCCL dumps fill pg_config; ranks is the string fmt::format("[{}]", join(ranks, ", "))."""
     data = json.loads((DATA / "fr_rank0.json").read_bytes())
-    data["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},
-                         "1": {"name": "1", "desc": "undefined", "ranks": "[1]"}}
+    data["pg_config"] = {
+        "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},
+        "1": {"name": "1", "desc": "undefined", "ranks": "[1]"},
+    }
     (tmp_path / "fr_rank0.json").write_text(json.dumps(data))
     groups = read_flight_record(tmp_path / "fr_rank0.json").groups
     assert groups.sort("pg_name")["ranks"].to_list() == [[0, 1], [1]]
@@ -251,7 +306,9 @@ def test_missing_paths_and_empty_folders(tmp_path):
         read_flight_record(tmp_path)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.binary(max_size=400))
 def test_any_bytes_give_a_record_or_a_tracekit_error(tmp_path, blob):
     path = tmp_path / "fr_rank0.json"
@@ -263,14 +320,22 @@ def test_any_bytes_give_a_record_or_a_tracekit_error(tmp_path, blob):
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
-    | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
-    max_leaves=8)
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
 ENTRY_KEYS = sorted(json.loads((DATA / "fr_rank0.json").read_bytes())["entries"][0])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(key=st.sampled_from(ENTRY_KEYS + ["pg_config", "pg_status", "version", "rank"]), value=JSON)
 def test_any_odd_field_value_gives_a_record_or_a_tracekit_error(tmp_path, key, value):
     data = json.loads((DATA / "fr_rank1.json").read_bytes())
@@ -285,4 +350,4 @@ def test_any_odd_field_value_gives_a_record_or_a_tracekit_error(tmp_path, key, v
     except TracekitError as exc:
         assert str(path) in str(exc)
         return
-    assert rec.entries.height in (7, 8)      # at most the one damaged entry is dropped
+    assert rec.entries.height in (7, 8)  # at most the one damaged entry is dropped

@@ -2,6 +2,7 @@
 profiling cycles written by tensorboard_trace_handler (a real 2-rank gloo job with repeat=2),
 two traces claiming one rank, mixed jobs, and hosts with skewed clocks (copies of our sample
 traces rewritten)."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import HTA, SAMPLES, run_cli
+
 from tracekit.analyze import analyze
 from tracekit.errors import TracekitError
 from tracekit.ingest import read_traces
@@ -51,10 +52,23 @@ def cycles(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four real files <host>_<pid>.<ns>.pt.trace.json.gz: two cycles of each of two ranks."""
     root = tmp_path_factory.mktemp("tb")
     (root / "job.py").write_text(TB_JOB)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc-per-node", "2", str(root / "job.py"), str(root / "traces")],
-                          capture_output=True, text=True, timeout=300, cwd=root,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(root / "job.py"),
+            str(root / "traces"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = sorted((root / "traces").glob("*.pt.trace.json.gz"))
     assert len(files) == 4
@@ -80,16 +94,27 @@ def warned(result, *needles: str) -> list[str]:
 # --- HTA's folders: use what is there, say what is missing ------------------------------------
 
 
-@pytest.mark.parametrize("folder, needles", [
-    ("trace_filter", ["ranks 2-127 of world size 128 (distributedInfo) have no trace"]),
-    ("nccl_parser_config", ["rank 1 of world size 2 (distributedInfo) has no trace"]),
-    ("critical_path", ["no ProfilerStep markers in benchmark_result", "whole trace"]),
-    ("amd_trace", ["no distributedInfo in mi250_minitoy", "world size and process groups unknown"]),
-    ("distributed_info_unavailable", ["no distributedInfo in distributed_info_not_found"]),
-    ("cpu_only", ["no record_param_comms in rank-34", "process groups unknown"]),
-    ("rank_unavailable", ["no rank in distributedInfo or file name; taken as rank 0",
-                          "no distributedInfo in rank_not_found.json.gz"]),
-])
+@pytest.mark.parametrize(
+    "folder, needles",
+    [
+        ("trace_filter", ["ranks 2-127 of world size 128 (distributedInfo) have no trace"]),
+        ("nccl_parser_config", ["rank 1 of world size 2 (distributedInfo) has no trace"]),
+        ("critical_path", ["no ProfilerStep markers in benchmark_result", "whole trace"]),
+        (
+            "amd_trace",
+            ["no distributedInfo in mi250_minitoy", "world size and process groups unknown"],
+        ),
+        ("distributed_info_unavailable", ["no distributedInfo in distributed_info_not_found"]),
+        ("cpu_only", ["no record_param_comms in rank-34", "process groups unknown"]),
+        (
+            "rank_unavailable",
+            [
+                "no rank in distributedInfo or file name; taken as rank 0",
+                "no distributedInfo in rank_not_found.json.gz",
+            ],
+        ),
+    ],
+)
 def test_hta_folders_say_what_is_missing(folder: str, needles: list[str]) -> None:
     result = analyze(HTA / folder)
     assert result.summary["ranks"]
@@ -99,8 +124,15 @@ def test_hta_folders_say_what_is_missing(folder: str, needles: list[str]) -> Non
 
 
 def test_every_hta_folder_is_covered() -> None:
-    covered = {"trace_filter", "nccl_parser_config", "critical_path", "amd_trace",
-               "distributed_info_unavailable", "cpu_only", "rank_unavailable"}
+    covered = {
+        "trace_filter",
+        "nccl_parser_config",
+        "critical_path",
+        "amd_trace",
+        "distributed_info_unavailable",
+        "cpu_only",
+        "rank_unavailable",
+    }
     assert {p.name for p in HTA.iterdir() if p.is_dir()} == covered
     # all of them at once: unrelated single traces, several without a rank: a clear refusal
     with pytest.raises(TracekitError, match="no rank in distributedInfo or file name, and several"):
@@ -126,8 +158,11 @@ def test_single_rank_trace_of_a_plain_process(tmp_path: Path) -> None:
 
     trace = tmp_path / "my_job.pt.trace.json"
     model = torch.nn.Linear(32, 32)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=2),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(trace)),
+    ) as prof:
         for _ in range(3):
             model(torch.randn(4, 32)).sum().backward()
             prof.step()
@@ -136,7 +171,9 @@ def test_single_rank_trace_of_a_plain_process(tmp_path: Path) -> None:
     assert result.summary["window"]["steps"] == 2
     warned(result, "no rank in distributedInfo or file name; taken as rank 0")
     warned(result, "no distributedInfo in my_job.pt.trace.json")
-    assert not [w for w in result.summary["warnings"] if "have no trace" in w or "has no trace" in w]
+    assert not [
+        w for w in result.summary["warnings"] if "have no trace" in w or "has no trace" in w
+    ]
 
 
 def test_rank_missing_from_a_set(tmp_path: Path) -> None:
@@ -147,7 +184,10 @@ def test_rank_missing_from_a_set(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((folder / "analysis" / "summary.json").read_text())
     assert [r["rank"] for r in summary["ranks"]] == [1]
-    assert "rank 0 of world size 2 (distributedInfo) has no trace: the analysis covers rank 1 only" in summary["warnings"]
+    assert (
+        "rank 0 of world size 2 (distributedInfo) has no trace: the analysis covers rank 1 only"
+        in summary["warnings"]
+    )
     # in a run folder the world size comes from run.json
     run = tmp_path / "run"
     shutil.copytree(SAMPLES / "dp", run, ignore=shutil.ignore_patterns("analysis"))
@@ -161,13 +201,15 @@ def test_rank_missing_from_a_set(tmp_path: Path) -> None:
 
 def test_profiling_cycles_take_the_latest(cycles: Path, tmp_path: Path) -> None:
     files = sorted(cycles.iterdir())
-    assert all("rank" not in f.name for f in files)     # <host>_<pid>.<ns>: the rank is inside
+    assert all("rank" not in f.name for f in files)  # <host>_<pid>.<ns>: the rank is inside
     result = analyze(cycles)
     assert [r["rank"] for r in result.summary["ranks"]] == [0, 1]
     assert result.summary["window"]["steps"] == 1
     steps = result.events.filter(pl.col("name").str.starts_with("ProfilerStep#"))
-    assert set(steps["name"]) == {"ProfilerStep#3"}     # the second cycle on both ranks
-    notes = warned(result, "traces of rank", "from one process (profiling cycles): using the latest")
+    assert set(steps["name"]) == {"ProfilerStep#3"}  # the second cycle on both ranks
+    notes = warned(
+        result, "traces of rank", "from one process (profiling cycles): using the latest"
+    )
     assert len(notes) == 2
     used = {i.path.name for i in result.infos}
     ignored = {f.name for f in files} - used
@@ -187,7 +229,9 @@ def test_two_traces_claim_one_rank_at_the_same_time(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = proc.stderr.strip()
     assert line.startswith("tracekit: ") and "\n" not in line
-    assert "rank 0 is claimed by" in line and str(a) in line and str(b) in line and "same time" in line
+    assert (
+        "rank 0 is claimed by" in line and str(a) in line and str(b) in line and "same time" in line
+    )
     assert not (tmp_path / "analysis").exists()
 
 
@@ -196,8 +240,12 @@ def test_two_traces_claim_one_rank_at_the_same_time(tmp_path: Path) -> None:
 
 def test_mixed_world_sizes(tmp_path: Path) -> None:
     shutil.copy(DP / "rank1.json.gz", tmp_path / "rank1.json.gz")
-    shutil.copy(HTA / "trace_filter" / "sampled_rank-0.json.gz", tmp_path / "sampled_rank-0.json.gz")
-    with pytest.raises(TracekitError, match="traces from different jobs: .* says world size") as err:
+    shutil.copy(
+        HTA / "trace_filter" / "sampled_rank-0.json.gz", tmp_path / "sampled_rank-0.json.gz"
+    )
+    with pytest.raises(
+        TracekitError, match="traces from different jobs: .* says world size"
+    ) as err:
         analyze(tmp_path)
     assert "rank1.json.gz" in str(err.value) and "sampled_rank-0.json.gz" in str(err.value)
 
@@ -234,7 +282,9 @@ def test_hosts_with_skewed_clocks(tmp_path: Path) -> None:
     save(tmp_path / "rank1.json.gz", r1)
     infos, _ = read_traces(find_trace_files(tmp_path), workers=1)
     assert [(i.host_name, i.base_ns) for i in infos] == [
-        ("node-a", r0["baseTimeNanoseconds"]), ("node-b", r1["baseTimeNanoseconds"])]
+        ("node-a", r0["baseTimeNanoseconds"]),
+        ("node-b", r1["baseTimeNanoseconds"]),
+    ]
     result = analyze(tmp_path)
     assert [r["rank"] for r in result.summary["ranks"]] == [0, 1]
     assert result.summary["topology"]["nodes"] == {"0": 0, "1": 1}

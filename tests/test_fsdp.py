@@ -3,6 +3,7 @@
 Three runs, each reused by many assertions: fsdp fp32 on 2 ranks (prefetch 1, the default),
 fsdp bf16-mixed on 2 ranks with --prefetch 0, and hsdp fp32 on 2 nodes x 2 ranks.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, run_cli
+
 from instrumented_runs.hsdp import check_layout
 from instrumented_runs.model import GPTConfig
 from instrumented_runs.single import train_single
@@ -43,7 +44,9 @@ def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fsdp_bf16_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _run(tmp_path_factory, strategy="fsdp", nproc=2, steps=2, precision="bf16-mixed", prefetch=0)
+    return _run(
+        tmp_path_factory, strategy="fsdp", nproc=2, steps=2, precision="bf16-mixed", prefetch=0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +89,7 @@ def test_fsdp_losses_match_single_process(fsdp_run: Path) -> None:
     got = _mean_losses(fsdp_run, 2)
     assert len(got) == len(ref) == WARMUP + STEPS
     for g, r in zip(got, ref):
-        assert abs(g - r) <= 1e-5 * abs(r)                   # DESIGN: fp32 within 1e-5 relative
+        assert abs(g - r) <= 1e-5 * abs(r)  # DESIGN: fp32 within 1e-5 relative
 
 
 def test_hsdp_losses_match_single_process(hsdp_run: Path) -> None:
@@ -109,7 +112,7 @@ def test_fsdp_parameters_match_single_process(fsdp_run: Path) -> None:
 
 def test_hsdp_replicas_identical_and_match_single_process(hsdp_run: Path) -> None:
     p = {r: capture.load_params(hsdp_run, r) for r in range(4)}
-    for name in p[0]:                                       # replicate groups {0,2}, {1,3}: same shard
+    for name in p[0]:  # replicate groups {0,2}, {1,3}: same shard
         assert torch.equal(p[0][name], p[2][name]) and torch.equal(p[1][name], p[3][name]), name
     # ((g0+g1)/2 + (g2+g3)/2)/2 rounds differently from (g0+..+g3)/4: compare trajectories
     # (the gap next to the distance training moved), as test_dp does against full-batch training.
@@ -124,17 +127,24 @@ def test_hsdp_replicas_identical_and_match_single_process(hsdp_run: Path) -> Non
 def test_bf16_mixed_matches_and_keeps_fp32_master_shards(fsdp_bf16_run: Path) -> None:
     ref, _ = train_single(WARMUP + 2, precision="bf16-mixed")
     for g, r in zip(_mean_losses(fsdp_bf16_run, 2), ref):
-        assert abs(g - r) <= 1e-2 * abs(r)                   # DESIGN: bf16-mixed within 1e-2
+        assert abs(g - r) <= 1e-2 * abs(r)  # DESIGN: bf16-mixed within 1e-2
     params = capture.load_params(fsdp_bf16_run, 0)
-    assert {t.dtype for t in params.values()} == {torch.float32}   # the sharded params are the master
+    assert {t.dtype for t in params.values()} == {
+        torch.float32
+    }  # the sharded params are the master
     data = runfolder.load_run_json(fsdp_bf16_run)
     assert data["precision"] == "bf16-mixed"
-    assert data["config"]["strategy_options"]["mixed_precision"] == {"param_dtype": "bfloat16", "reduce_dtype": "bfloat16"}
+    assert data["config"]["strategy_options"]["mixed_precision"] == {
+        "param_dtype": "bfloat16",
+        "reduce_dtype": "bfloat16",
+    }
     for rank in (0, 1):
         names = {e["name"] for e in _events(fsdp_bf16_run, rank)}
-        assert not any(n.startswith("FSDP::forward_prefetch") for n in names)   # --prefetch 0
+        assert not any(n.startswith("FSDP::forward_prefetch") for n in names)  # --prefetch 0
         ags = [e for e in _events(fsdp_bf16_run, rank) if e["name"] == "c10d::_allgather_base_"]
-        assert ags and all(e["args"]["Input type"][0] == "c10::BFloat16" for e in ags)   # bf16 on the wire
+        assert ags and all(
+            e["args"]["Input type"][0] == "c10::BFloat16" for e in ags
+        )  # bf16 on the wire
 
 
 # --- memory: 16 Psi / (shard group size), counted from the tensors ---------------------------------
@@ -145,17 +155,24 @@ def _check_sharded_memory(run: Path, ranks: range, shard: int, precision: str) -
     for rank in ranks:
         mem = _memory(run, rank)
         assert mem["step"] == 1
-        steps = mem["optimizer_bytes_by_key"]["step"]        # Adam's scalar step counters
+        steps = mem["optimizer_bytes_by_key"]["step"]  # Adam's scalar step counters
         assert 0 < steps <= 8 * n_tensors
-        assert mem["model_states_bytes"] == mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"]
+        assert (
+            mem["model_states_bytes"]
+            == mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"]
+        )
         assert mem["model_states_bytes"] - steps == pytest.approx(16 * PSI / shard, rel=0.02)
-        assert mem["grads_bytes"] == pytest.approx(4 * PSI / shard, rel=0.02)   # fp32 gradient shards
+        assert mem["grads_bytes"] == pytest.approx(
+            4 * PSI / shard, rel=0.02
+        )  # fp32 gradient shards
         if precision == "fp32":
             assert mem["params_bytes"] == pytest.approx(4 * PSI / shard, rel=0.02)
             assert mem["optimizer_bytes"] - steps == pytest.approx(8 * PSI / shard, rel=0.02)
-        else:   # K=12: 4 master (the fp32 shard) + 8 moments, no bf16 parameter copy at rest
+        else:  # K=12: 4 master (the fp32 shard) + 8 moments, no bf16 parameter copy at rest
             assert mem["params_bytes"] == 0
-            assert mem["optimizer_bytes_by_key"]["master"] == pytest.approx(4 * PSI / shard, rel=0.02)
+            assert mem["optimizer_bytes_by_key"]["master"] == pytest.approx(
+                4 * PSI / shard, rel=0.02
+            )
             assert mem["optimizer_bytes"] - steps == pytest.approx(12 * PSI / shard, rel=0.02)
         assert mem["activation_peak_bytes"] > 0
 
@@ -188,18 +205,21 @@ def test_fsdp_trace_has_fsdp2_labels(fsdp_run: Path) -> None:
         assert {f"ProfilerStep#{i}" for i in range(STEPS)} <= names
         assert {"step", "forward", "backward", "optimizer", "zero_grad"} <= names
         for u in units:
-            assert u["label"] in names                                       # FSDP::all_gather (blocks.i)
+            assert u["label"] in names  # FSDP::all_gather (blocks.i)
             suffix = f" ({u['fqn']})" if u["fqn"] else ""
-            assert f"FSDP::post_backward_reduce{suffix}" in names            # holds the reduce-scatter
+            assert f"FSDP::post_backward_reduce{suffix}" in names  # holds the reduce-scatter
             assert f"FSDP::pre_forward{suffix}" in names
-        assert "FSDP::forward_prefetch for blocks.1" in names and "FSDP::backward_prefetch for blocks.2" in names
+        assert (
+            "FSDP::forward_prefetch for blocks.1" in names
+            and "FSDP::backward_prefetch for blocks.2" in names
+        )
         # blocks are gathered twice per step (forward, backward), the root once (kept for backward)
         count = {u["label"]: sum(e["name"] == u["label"] for e in events) for u in units}
         assert count == {u["label"]: (2 if u["fqn"] else 1) * STEPS for u in units}
         # the collectives inside the labels, and their gloo transfers on a runloop thread
         assert sum(e["name"] == "c10d::_allgather_base_" for e in events) == sum(count.values())
         assert sum(e["name"] == "c10d::_reduce_scatter_base_" for e in events) == len(units) * STEPS
-        assert {"gloo:all_gather", "gloo:all_reduce"} <= names               # gloo: reduce-scatter = all-reduce
+        assert {"gloo:all_gather", "gloo:all_reduce"} <= names  # gloo: reduce-scatter = all-reduce
 
 
 def test_hsdp_trace_reduces_in_both_groups(hsdp_run: Path) -> None:
@@ -208,7 +228,11 @@ def test_hsdp_trace_reduces_in_both_groups(hsdp_run: Path) -> None:
         names = [e["name"] for e in events]
         assert names.count("FSDP::all_gather (blocks.0)") == 2 * STEPS
         # per unit and step: reduce-scatter in the shard group, then all-reduce in the replicate group
-        assert names.count("c10d::_reduce_scatter_base_") == names.count("c10d::allreduce_") == 5 * STEPS
+        assert (
+            names.count("c10d::_reduce_scatter_base_")
+            == names.count("c10d::allreduce_")
+            == 5 * STEPS
+        )
 
 
 # --- process groups: run.json, trace, flight recorder --------------------------------------------
@@ -221,9 +245,13 @@ def test_hsdp_process_groups(hsdp_run: Path) -> None:
     assert (options["shard_size"], options["replicate_size"]) == (2, 2)
     groups = options["process_groups"]
     assert sorted((g["dim"], tuple(g["ranks"])) for g in groups) == [
-        ("replicate", (0, 2)), ("replicate", (1, 3)), ("shard", (0, 1)), ("shard", (2, 3))]
+        ("replicate", (0, 2)),
+        ("replicate", (1, 3)),
+        ("shard", (0, 1)),
+        ("shard", (2, 3)),
+    ]
     node = {t["rank"]: t["node"] for t in data["topology"]}
-    for g in groups:   # shard groups inside a node, replicate groups across nodes
+    for g in groups:  # shard groups inside a node, replicate groups across nodes
         assert len({node[r] for r in g["ranks"]}) == (1 if g["dim"] == "shard" else 2)
     by_name = {g["name"]: g for g in groups}
     assert len(by_name) == 4
@@ -241,9 +269,14 @@ def test_hsdp_process_groups(hsdp_run: Path) -> None:
         assert {recorded[name] for name in mine} == {"mesh_shard", "mesh_replicate"}
         ops = {(e["process_group"][0], e["profiling_name"]) for e in fr["entries"]}
         shard = next(g["name"] for g in groups if rank in g["ranks"] and g["dim"] == "shard")
-        replicate = next(g["name"] for g in groups if rank in g["ranks"] and g["dim"] == "replicate")
+        replicate = next(
+            g["name"] for g in groups if rank in g["ranks"] and g["dim"] == "replicate"
+        )
         assert (shard, "gloo:all_gather") in ops and (replicate, "gloo:all_reduce") in ops
-        assert (replicate, "gloo:all_gather") not in ops    # parameters are gathered inside the node only
+        assert (
+            replicate,
+            "gloo:all_gather",
+        ) not in ops  # parameters are gathered inside the node only
 
 
 def test_fsdp_process_group_is_the_world(fsdp_run: Path) -> None:
@@ -264,7 +297,9 @@ def test_analyze_succeeds(which: str, request: pytest.FixtureRequest, tmp_path: 
     assert [r["rank"] for r in summary["ranks"]] == list(range(world))
     for r in summary["ranks"]:
         assert r["comm_s"] > 0 and r["compute_s"] > 0
-        assert r["compute_s"] + r["exposed_comm_s"] + r["other_s"] + r["idle_s"] == pytest.approx(r["span_s"], rel=0.01)
+        assert r["compute_s"] + r["exposed_comm_s"] + r["other_s"] + r["idle_s"] == pytest.approx(
+            r["span_s"], rel=0.01
+        )
     ops = {op["op"] for op in summary["collectives"]["per_op"]}
     assert {"all_gather", "reduce_scatter"} <= ops
     assert summary["memory"] is not None and len(summary["memory"]["per_rank"]) == world
@@ -276,8 +311,13 @@ def test_hsdp_layout_rules() -> None:
     assert check_layout(4, 2) is None and check_layout(8, 2) is None
     assert "--nodes" in check_layout(4, 1)
     assert "2 ranks per node" in check_layout(2, 2)
-    proc = subprocess.run([sys.executable, "-m", "instrumented_runs.hsdp", "--nodes", "1", "--out", "/nonexistent"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "instrumented_runs.hsdp", "--nodes", "1", "--out", "/nonexistent"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "hsdp needs --nodes K >= 2" in proc.stderr
 
 

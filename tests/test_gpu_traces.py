@@ -2,6 +2,7 @@
 scripts/gpu_check.sh on the GPU machine this project is sometimes lent (one GPU): a one-rank NCCL
 run (NCCL launches no collective kernels with one rank), a two-rank gloo run whose ranks share
 the GPU (gloo moves CUDA tensors through host memory), and a tracekit.profile job."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,7 +19,11 @@ def test_cuda_dp_run_breakdown_memory_and_nccl_log():
     (info,) = result.infos
     assert info.has_gpu and info.backend == "nccl"
     # --steps 2: on GPU the last, cut-short step is dropped as HTA does
-    assert result.summary["window"] == {**result.summary["window"], "kind": "complete_steps", "steps": 1}
+    assert result.summary["window"] == {
+        **result.summary["window"],
+        "kind": "complete_steps",
+        "steps": 1,
+    }
     (rank,) = result.summary["ranks"]
     assert rank["compute_s"] > 0 and rank["comm_s"] == 0
     total = rank["compute_s"] + rank["exposed_comm_s"] + rank["other_s"] + rank["idle_s"]
@@ -35,10 +40,12 @@ def test_cuda_job_captured_with_tracekit_profile():
     (run,) = [p for p in GPU.iterdir() if p.name == "user-cuda"]
     result = analyze(run)
     assert result.summary["window"]["kind"] == "complete_steps"
-    assert result.summary["window"]["steps"] == 2        # active=3, the last one cut short
+    assert result.summary["window"]["steps"] == 2  # active=3, the last one cut short
     (rank,) = result.summary["ranks"]
     assert rank["compute_s"] > 0
-    kernels = result.events.filter((result.events["device"] == "gpu") & (result.events["kind"] == "compute"))
+    kernels = result.events.filter(
+        (result.events["device"] == "gpu") & (result.events["kind"] == "compute")
+    )
     assert kernels.height > 0
 
 
@@ -46,9 +53,14 @@ def test_gloo_ranks_sharing_a_gpu_count_gloo_spans_as_communication():
     """dp, 2 ranks, gloo on CUDA tensors: no communication kernels, so the gloo spans on the
     host are each GPU rank's communication; without them the GPU would look idle instead."""
     result = analyze(GPU / "dp-cuda-gloo")
-    assert [(i.rank, i.has_gpu, i.backend) for i in result.infos] == [(0, True, "gloo"), (1, True, "gloo")]
+    assert [(i.rank, i.has_gpu, i.backend) for i in result.infos] == [
+        (0, True, "gloo"),
+        (1, True, "gloo"),
+    ]
     events = result.events
-    assert events.filter((events["device"] == "gpu") & (events["kind"] == "communication")).height == 0
+    assert (
+        events.filter((events["device"] == "gpu") & (events["kind"] == "communication")).height == 0
+    )
     gloo = events.filter(events["name"].str.starts_with("gloo:all_reduce"))
     assert gloo.height > 0
     for rank in result.summary["ranks"]:
@@ -56,8 +68,13 @@ def test_gloo_ranks_sharing_a_gpu_count_gloo_spans_as_communication():
         total = rank["compute_s"] + rank["exposed_comm_s"] + rank["other_s"] + rank["idle_s"]
         assert total == pytest.approx(rank["span_s"], rel=1e-9)
         # comm is the union of this rank's gloo spans inside the window: never more than their sum
-        mine = gloo.filter((gloo["rank"] == rank["rank"]) & (gloo["end_ns"] > rank["window_start_ns"])
-                           & (gloo["start_ns"] < rank["window_end_ns"]))
+        mine = gloo.filter(
+            (gloo["rank"] == rank["rank"])
+            & (gloo["end_ns"] > rank["window_start_ns"])
+            & (gloo["start_ns"] < rank["window_end_ns"])
+        )
         assert rank["comm_s"] <= (mine["end_ns"] - mine["start_ns"]).sum() * 1e-9 + 1e-9
-    (all_reduce,) = [op for op in result.summary["collectives"]["per_op"] if op["op"] == "all_reduce"]
+    (all_reduce,) = [
+        op for op in result.summary["collectives"]["per_op"] if op["op"] == "all_reduce"
+    ]
     assert all_reduce["unknown_size"] == 0 and all_reduce["bytes"] > 0

@@ -3,6 +3,7 @@
 No mocks: every trace here was written by torch.profiler (HTA's tests/data, or the gloo job
 this module starts); bad inputs are real traces damaged on purpose.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -69,7 +70,9 @@ def test_trace_filter_two_ranks() -> None:
     infos, frame = read_traces(TRACE_FILTER, workers=2)
     check_frame(frame)
     assert [(i.rank, i.rank_source, i.world_size, i.backend) for i in infos] == [
-        (0, "distributedInfo", 128, "nccl"), (1, "distributedInfo", 128, "nccl")]
+        (0, "distributedInfo", 128, "nccl"),
+        (1, "distributedInfo", 128, "nccl"),
+    ]
     assert frame.group_by("rank").len().sort("rank")["len"].to_list() == [4811, 4676]
     assert all(i.has_gpu and i.profiler_steps == 2 and i.base_ns is None for i in infos)
     sendrecv = frame.filter(pl.col("name").str.starts_with("ncclKernel_SendRecv"))
@@ -94,8 +97,12 @@ def test_trace_filter_two_ranks() -> None:
 def test_nccl_data_record_param_comms() -> None:
     info, frame = read_trace(NCCL_DATA)
     check_frame(frame)
-    assert (info.rank, info.world_size, info.backend, info.rank_source) == (0, 2, "nccl",
-                                                                           "distributedInfo")
+    assert (info.rank, info.world_size, info.backend, info.rank_source) == (
+        0,
+        2,
+        "nccl",
+        "distributedInfo",
+    )
     assert info.pg_config[0]["pg_size"] == 2 and len(info.device_properties) == 8
     assert frame.height == 26933 and info.profiler_steps == 3 and info.has_gpu
     kernels = frame.filter(pl.col("name").str.starts_with("ncclKernel_"))
@@ -113,8 +120,9 @@ def test_nccl_data_record_param_comms() -> None:
     # the kernels carry the same args: same bytes per External id
     joined = kernels.join(rpc, on="external_id", suffix="_cpu")
     assert joined.height == 21 and (joined["bytes"] == joined["bytes_cpu"]).all()
-    assert rows(frame, "nccl:all_reduce").filter(pl.col("device") == "cpu")["kind"].unique()\
-        .to_list() == ["annotation"]
+    assert rows(frame, "nccl:all_reduce").filter(pl.col("device") == "cpu")[
+        "kind"
+    ].unique().to_list() == ["annotation"]
     assert frame.filter(pl.col("cat") == "gpu_memcpy")["kind"].unique().to_list() == ["memory"]
     assert frame.filter(pl.col("cat") == "cuda_runtime")["kind"].unique().to_list() == ["runtime"]
     # thread names kept in full, both names of a thread that Kineto named twice
@@ -133,8 +141,10 @@ def test_cpu_only_gloo_rank_34() -> None:
     by_tid = dict(gloo.group_by("tid").agg(pl.col("bytes").unique()).rows())
     assert by_tid == {"3553": [321271 * 4], "3554": [2082411 * 4]}
     # the runloop threads of this older torch are named pt_main_thread: kept as given
-    assert set(gloo["thread_name"]) == {"thread 3553 (pt_main_thread)",
-                                        "thread 3554 (pt_main_thread)"}
+    assert set(gloo["thread_name"]) == {
+        "thread 3553 (pt_main_thread)",
+        "thread 3554 (pt_main_thread)",
+    }
     # 11 groups, all of 300 ranks: the size is known although the group is not
     assert (gloo["group_size"] == 300).all() and gloo["group"].is_null().all()
     assert info.base_ns == 1719853884000000000
@@ -223,8 +233,21 @@ def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     script.write_text(GLOO_JOB)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(root)], capture_output=True, text=True, timeout=240, env=env)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     paths = [root / f"trace.rank{r}.json.gz" for r in (0, 1)]
     assert all(p.is_file() for p in paths)
@@ -236,7 +259,9 @@ def test_gloo_run_both_ranks_in_parallel(gloo_traces: list[Path]) -> None:
     infos, frame = read_traces(list(reversed(gloo_traces)), workers=2)
     check_frame(frame)
     assert [(i.rank, i.rank_source, i.world_size, i.backend) for i in infos] == [
-        (0, "distributedInfo", 2, "gloo"), (1, "distributedInfo", 2, "gloo")]
+        (0, "distributedInfo", 2, "gloo"),
+        (1, "distributedInfo", 2, "gloo"),
+    ]
     assert all(i.base_ns and i.host_name and len(i.pg_config) == 1 for i in infos)
     assert all(not i.has_gpu and i.warnings == () for i in infos)
     assert frame["rank"].unique().sort().to_list() == [0, 1]
@@ -244,7 +269,7 @@ def test_gloo_run_both_ranks_in_parallel(gloo_traces: list[Path]) -> None:
 
 
 GLOO_SPANS = {  # name -> (op, bytes, dtype) on every rank: S from the tensors the job used
-    "gloo:all_gather": ("all_gather", 2 * 300 * 4, "float32"),    # S = output = n x input
+    "gloo:all_gather": ("all_gather", 2 * 300 * 4, "float32"),  # S = output = n x input
     "gloo:broadcast": ("broadcast", 700 * 2, "bfloat16"),
     "gloo:barrier": ("barrier", 0, None),
 }
@@ -261,21 +286,28 @@ def test_gloo_collective_columns(gloo_traces: list[Path], rank: int) -> None:
         assert got == [expected], name
     # all_reduce of 1000 floats, and reduce_scatter that gloo runs as an all_reduce of the input
     assert sorted(rows(comm, "gloo:all_reduce").select("bytes", "dtype").rows()) == [
-        (4000, "float32"), (8000, "float64")]
+        (4000, "float32"),
+        (8000, "float64"),
+    ]
     # the gloo collectives run on runloop threads; p2p runs on the calling thread
-    runloop = comm.filter(pl.col("name").str.starts_with("gloo:")
-                          & ~pl.col("op").is_in(["send", "recv"]))
+    runloop = comm.filter(
+        pl.col("name").str.starts_with("gloo:") & ~pl.col("op").is_in(["send", "recv"])
+    )
     assert runloop["thread_name"].str.contains("pt_gloo_runloop").all()
     assert set(comm["group_size"].drop_nulls()) == {2} and comm["group"].is_null().all()
     # the calling-thread c10d ops
     assert rows(comm, "c10d::_reduce_scatter_base_").select("op", "bytes", "dtype").row(0) == (
-        "reduce_scatter", 1000 * 8, "float64")
+        "reduce_scatter",
+        1000 * 8,
+        "float64",
+    )
     allreduce = rows(comm, "c10d::allreduce_").row(0, named=True)
     assert allreduce["op"] == "all_reduce" and allreduce["bytes"] is None  # TensorList: no dtype
     assert rows(comm, "c10d::allgather_")["op"].to_list() == ["all_gather"]
     assert rows(comm, "c10d::barrier")["bytes"].to_list() == [0]
-    p2p_call, p2p_span, peer = ("c10d::send", "gloo:send", 1) if rank == 0 else (
-        "c10d::recv_", "gloo:recv", 0)
+    p2p_call, p2p_span, peer = (
+        ("c10d::send", "gloo:send", 1) if rank == 0 else ("c10d::recv_", "gloo:recv", 0)
+    )
     assert rows(comm, p2p_call).select("op", "peer").row(0) == (p2p_span[5:], peer)
     span = rows(comm, p2p_span).row(0, named=True)
     assert (span["op"], span["bytes"], span["dtype"]) == (p2p_span[5:], 1600, "float32")
@@ -326,11 +358,11 @@ def test_gzip_members_and_trailer_sizes(tmp_path: Path) -> None:
     text = gzip.decompress(CPU_ONLY.read_bytes())
     _, want = read_trace(write(tmp_path / "whole.rank1.json", text))
     half = len(text) // 2
-    two = gzip.compress(text[:half]) + gzip.compress(text[half:])   # trailer: the second half only
+    two = gzip.compress(text[:half]) + gzip.compress(text[half:])  # trailer: the second half only
     _, got = read_trace(write(tmp_path / "two.rank1.json.gz", two))
     assert got.equals(want)
     big = bytearray(gzip.compress(text))
-    big[-4:] = (len(text) * 3).to_bytes(4, "little")    # overstated: gzip checks ISIZE itself
+    big[-4:] = (len(text) * 3).to_bytes(4, "little")  # overstated: gzip checks ISIZE itself
     expect_error(write(tmp_path / "lying.rank1.json.gz", bytes(big)), "gzip")
 
 
@@ -340,14 +372,23 @@ def test_damaged_json(tmp_path: Path) -> None:
     expect_error(write(tmp_path / "obj.json", b"{}"), "not a Kineto trace.*traceEvents")
     expect_error(write(tmp_path / "arr.json", b"[]"), "not a Kineto trace")
     expect_error(write(tmp_path / "five.json", b'{"traceEvents": 5}'), "not a Kineto trace")
-    expect_error(write(tmp_path / "args.json", b'{"traceEvents": [{"ph": "X", "args": [1]}]}'),
-                 "not a Kineto trace")
+    expect_error(
+        write(tmp_path / "args.json", b'{"traceEvents": [{"ph": "X", "args": [1]}]}'),
+        "not a Kineto trace",
+    )
     utf8 = text.replace(b"gloo:all_reduce", b"gloo:\xff\xfeall_reduce", 1)
     expect_error(write(tmp_path / "utf8.json", utf8), "not valid JSON.*UTF-8")
-    expect_error(write(tmp_path / "deep.json", b'{"traceEvents": [{"args": {"name": '
-                       + b"[" * 5000 + b"]" * 5000 + b"}}]}"), "nested too deeply")
-    expect_error(write(tmp_path / "digits.json", b'{"traceEvents": [{"ts": ' + b"7" * 5000
-                       + b"}]}"), "not a Kineto trace")
+    expect_error(
+        write(
+            tmp_path / "deep.json",
+            b'{"traceEvents": [{"args": {"name": ' + b"[" * 5000 + b"]" * 5000 + b"}}]}",
+        ),
+        "nested too deeply",
+    )
+    expect_error(
+        write(tmp_path / "digits.json", b'{"traceEvents": [{"ts": ' + b"7" * 5000 + b"}]}"),
+        "not a Kineto trace",
+    )
 
 
 def test_bad_durations_are_dropped_with_one_warning(tmp_path: Path) -> None:
@@ -361,8 +402,9 @@ def test_bad_durations_are_dropped_with_one_warning(tmp_path: Path) -> None:
     info, frame = read_trace(write(tmp_path / "rank-34.json", json.dumps(trace).encode()))
     check_frame(frame)
     assert frame.height == 16 - 5
-    assert info.warnings == ("dropped 5 events with missing/negative/NaN durations or "
-                             "non-numeric timestamps",)
+    assert info.warnings == (
+        "dropped 5 events with missing/negative/NaN durations or non-numeric timestamps",
+    )
 
 
 def test_huge_integers(tmp_path: Path) -> None:
@@ -456,16 +498,31 @@ def test_trace_info_is_plain_data() -> None:
 # --- property: damaged real traces never raise anything but TracekitError ---------------------
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
-                                                                 max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 EVENT_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]
-ARG_KEYS = ["stream", "correlation", "External id", "Input Dims", "Input type",
-            "Concrete Inputs", "Collective name", "In msg nelems", "dtype", "Group size",
-            "Process Group Ranks", "name"]
+ARG_KEYS = [
+    "stream",
+    "correlation",
+    "External id",
+    "Input Dims",
+    "Input type",
+    "Concrete Inputs",
+    "Collective name",
+    "In msg nelems",
+    "dtype",
+    "Group size",
+    "Process Group Ranks",
+    "name",
+]
 TOP_KEYS = ["distributedInfo", "baseTimeNanoseconds", "deviceProperties", "host_name"]
 
 
@@ -514,7 +571,8 @@ SEEDS = seed_traces()
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_damaged_traces_parse_or_raise_tracekit_error(
-        data: st.DataObject, tmp_path_factory: pytest.TempPathFactory) -> None:
+    data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     seed = data.draw(st.sampled_from(SEEDS))
     blob = data.draw(damaged(seed))
     path = tmp_path_factory.getbasetemp() / "damaged.rank2.json"

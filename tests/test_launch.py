@@ -1,4 +1,5 @@
 """The launcher: option checks, failing ranks, timeouts, logical nodes (real gloo jobs)."""
+
 from __future__ import annotations
 
 import os
@@ -30,25 +31,31 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("opts, words", [
-    (RunOptions("dp", microbatches=4), "--microbatches"),
-    (RunOptions("dp", prefetch=1), "--prefetch"),
-    (RunOptions("dp", nproc=3, nodes=2), "divide"),
-    (RunOptions("no-such-strategy"), "unknown strategy"),
-    (RunOptions("dp", backend="nccl"), "nccl"),
-    (RunOptions("dp", nproc=200, nodes=100, emulate_network=True), "emulate"),   # too many emulated nodes
-    (RunOptions("dp", precision="fp8"), "fp32 or bf16-mixed"),
-    (RunOptions("dp", inter_node_bandwidth="fast"), "tc rate"),
-    (RunOptions("hsdp", nproc=2, nodes=1), "--nodes K >= 2"),        # layouts: refused before launch
-    (RunOptions("hsdp", nproc=2, nodes=2), "at least 2 ranks per node"),
-    (RunOptions("pp-gpipe", nproc=5), "only 4 blocks"),
-])
+@pytest.mark.parametrize(
+    "opts, words",
+    [
+        (RunOptions("dp", microbatches=4), "--microbatches"),
+        (RunOptions("dp", prefetch=1), "--prefetch"),
+        (RunOptions("dp", nproc=3, nodes=2), "divide"),
+        (RunOptions("no-such-strategy"), "unknown strategy"),
+        (RunOptions("dp", backend="nccl"), "nccl"),
+        (
+            RunOptions("dp", nproc=200, nodes=100, emulate_network=True),
+            "emulate",
+        ),  # too many emulated nodes
+        (RunOptions("dp", precision="fp8"), "fp32 or bf16-mixed"),
+        (RunOptions("dp", inter_node_bandwidth="fast"), "tc rate"),
+        (RunOptions("hsdp", nproc=2, nodes=1), "--nodes K >= 2"),  # layouts: refused before launch
+        (RunOptions("hsdp", nproc=2, nodes=2), "at least 2 ranks per node"),
+        (RunOptions("pp-gpipe", nproc=5), "only 4 blocks"),
+    ],
+)
 def test_bad_options(tmp_path: Path, opts: RunOptions, words: str) -> None:
     opts.out = tmp_path / "runs"
     with pytest.raises(TracekitError, match=words) as err:
         run_job(opts)
     assert "\n" not in str(err.value)
-    assert not opts.out.exists()                # nothing half-written
+    assert not opts.out.exists()  # nothing half-written
 
 
 def test_cuda_without_gpu(tmp_path: Path) -> None:
@@ -62,8 +69,13 @@ def test_cuda_without_gpu(tmp_path: Path) -> None:
 
 
 def test_harness_rejects_unused_option() -> None:
-    proc = subprocess.run([sys.executable, "-m", "instrumented_runs.dp", "--microbatches", "2"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "instrumented_runs.dp", "--microbatches", "2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "--microbatches is not used by dp" in proc.stderr
 
 
@@ -111,9 +123,21 @@ def test_label_scheme_round_trips() -> None:
     assert labels.pipeline("F", 1, 4) == "F:s1:mb4"
     assert labels.pipeline("W", 0, 2, version=3) == "W:s0:mb2:v3"
     lab = labels.parse("comm:all_gather:unit2:fwd")
-    assert (lab.family, lab.op, lab.what_kind, lab.index, lab.qualifiers) == ("comm", "all_gather", "unit", 2, ("fwd",))
+    assert (lab.family, lab.op, lab.what_kind, lab.index, lab.qualifiers) == (
+        "comm",
+        "all_gather",
+        "unit",
+        2,
+        ("fwd",),
+    )
     lab = labels.parse("B:s3:mb7:v1")
-    assert (lab.family, lab.kind, lab.stage, lab.microbatch, lab.version) == ("pipeline", "B", 3, 7, 1)
+    assert (lab.family, lab.kind, lab.stage, lab.microbatch, lab.version) == (
+        "pipeline",
+        "B",
+        3,
+        7,
+        1,
+    )
     assert labels.parse("backward").phase == "backward"
     assert labels.parse("comm:wait:bucket0").op == "wait"
     for foreign in ("aten::mm", "ProfilerStep#2", "gloo:all_reduce", "comm:frobnicate:x", "F:s1"):

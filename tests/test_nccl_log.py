@@ -3,6 +3,7 @@
 Each tests/data/nccl/*.log starts with a comment naming the issue it was copied from; the values
 asserted here can be read in those files.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -14,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tracekit.errors import TracekitError
-from tracekit.ingest.nccl_log import read_nccl_logs, rank_layout, ring_order
+from tracekit.ingest.nccl_log import rank_layout, read_nccl_logs, ring_order
 
 DATA = Path(__file__).parent / "data" / "nccl"
-IB_16 = DATA / "nccl_issue1412_ib_2nodes_16ranks.log"          # 2.19+, nccl-tests, 2 x 8 GPUs
-V2_10 = DATA / "nccl_issue133_2.10.3_2nodes.log"               # NCCL 2.10.3, 2 x 8 A800
-TORCH_4 = DATA / "nccl_pytorch75658_4gpus.log"                  # torch, 4 processes, 1 host
-LINKS = DATA / "nccl_issue1953_ring_links_same_hostname.log"    # 2 nodes both named "ubuntu"
+IB_16 = DATA / "nccl_issue1412_ib_2nodes_16ranks.log"  # 2.19+, nccl-tests, 2 x 8 GPUs
+V2_10 = DATA / "nccl_issue133_2.10.3_2nodes.log"  # NCCL 2.10.3, 2 x 8 A800
+TORCH_4 = DATA / "nccl_pytorch75658_4gpus.log"  # torch, 4 processes, 1 host
+LINKS = DATA / "nccl_issue1953_ring_links_same_hostname.log"  # 2 nodes both named "ubuntu"
 TUNING = DATA / "nccl_issue1453_tuning_truncated_channels.log"  # tuning + cut Channel lines
-OLD_INIT = DATA / "nccl_issue629_init_complete_2hosts.log"      # "- Init COMPLETE" lines only
+OLD_INIT = DATA / "nccl_issue629_init_complete_2hosts.log"  # "- Init COMPLETE" lines only
 
 # Single real lines from other threads, for formats no fixture file has.
 SNIPPETS = [
@@ -71,14 +72,17 @@ def test_transports_and_trees():
     assert t.height == 14
     net = t.filter(t["transport"] == "NET").sort("channel", "direction")
     assert net.select("channel", "src_rank", "dst_rank", "direction", "via").rows()[:2] == [
-        (3, 13, 4, "receive", "NET/IB/3"), (3, 5, 12, "send", "NET/IB/3")]
+        (3, 13, 4, "receive", "NET/IB/3"),
+        (3, 5, 12, "send", "NET/IB/3"),
+    ]
     assert set(t.filter(t["transport"] == "P2P")["via"]) == {"P2P/direct pointer/read"}
     trees = log.trees.filter(log.trees["rank"] == 1).sort("channel")
     assert trees["up"].to_list() == [0] * 8
     assert trees["down"].to_list() == [[2], [], [2], [2], [2], [], [2], [2]]
     torch_log = read_nccl_logs(TORCH_4)
     assert torch_log.transports.select("channel", "src_rank", "dst_rank", "via").rows() == [
-        (0, 1, 2, "P2P/IPC")]
+        (0, 1, 2, "P2P/IPC")
+    ]
     rank2 = torch_log.trees.filter(torch_log.trees["rank"] == 2).sort("channel")
     assert rank2["up"].to_list() == [None, 0, None, 0]
     assert rank2["down"].to_list() == [[0], [], [0], []]
@@ -106,15 +110,23 @@ def test_pytorch_four_processes():
 def test_ring_links_and_hosts_with_the_same_name():
     log = read_nccl_logs(LINKS)
     (comm,) = log.comms.to_dicts()
-    assert (comm["rank"], comm["nranks"], comm["nnodes"], comm["local_ranks"], comm["local_rank"]) == (3, 4, 2, 2, 1)
+    assert (
+        comm["rank"],
+        comm["nranks"],
+        comm["nnodes"],
+        comm["local_ranks"],
+        comm["local_rank"],
+    ) == (3, 4, 2, 2, 1)
     # both nodes are called "ubuntu": the node comes from rank // localRanks
     assert rank_layout(log) == {3: {"host": "ubuntu", "node": 1, "local_rank": 1}}
     order = ring_order(log)
     assert order == [0, 1, 2, 3]
-    links = {r["rank"]: (r["prev"], r["next"]) for r in log.ring_links.filter(
-        log.ring_links["channel"] == 0).to_dicts()}
+    links = {
+        r["rank"]: (r["prev"], r["next"])
+        for r in log.ring_links.filter(log.ring_links["channel"] == 0).to_dicts()
+    }
     assert links == {0: (3, 1), 3: (2, 0)}
-    for rank, (prev, nxt) in links.items():               # the links agree with Channel 00
+    for rank, (prev, nxt) in links.items():  # the links agree with Channel 00
         i = order.index(rank)
         assert (order[i - 1], order[(i + 1) % 4]) == (prev, nxt)
     # rank 3's rows belong to its comm; "Tree 1 : 2 -> 0 -> 1/-1/-1" equals "Trees [1] 1/-1/-1->0->2"
@@ -127,7 +139,8 @@ def test_ring_rebuilt_from_links_when_channel_lines_are_missing(tmp_path):
     lines = [l for l in LINKS.read_text().splitlines() if "Channel" not in l]
     lines += [  # the other two ranks, as the same NCCL version prints them
         "ubuntu:1630804:1630804 [1] NCCL INFO Ring 00 : 0 -> 1 -> 2",
-        "ubuntu:2681677:2681677 [0] NCCL INFO Ring 00 : 1 -> 2 -> 3"]
+        "ubuntu:2681677:2681677 [0] NCCL INFO Ring 00 : 1 -> 2 -> 3",
+    ]
     (tmp_path / "a.log").write_text("\n".join(lines) + "\n")
     assert ring_order(read_nccl_logs(tmp_path / "a.log")) == [0, 1, 2, 3]
 
@@ -135,12 +148,19 @@ def test_ring_rebuilt_from_links_when_channel_lines_are_missing(tmp_path):
 def test_tuning_lines_and_cut_channel_lines():
     log = read_nccl_logs(TUNING)
     t = log.tuning
-    assert t.height == 8                        # includes the one glued to an nccl-tests row
+    assert t.height == 8  # includes the one glued to an nccl-tests row
     assert set(t["host"]) == {"h100clust-worker-1"} and set(t["pid"]) == {497888}
-    assert t.select("bytes", "algo", "proto", "time_us").rows()[0] == (65536, "TREE", "LL", 37.798233)
-    assert t.filter(t["bytes"] == 131072).select("algo", "proto").unique().rows() == [("TREE", "LL128")]
+    assert t.select("bytes", "algo", "proto", "time_us").rows()[0] == (
+        65536,
+        "TREE",
+        "LL",
+        37.798233,
+    )
+    assert t.filter(t["bytes"] == 131072).select("algo", "proto").unique().rows() == [
+        ("TREE", "LL128")
+    ]
     assert t.filter(t["bytes"] == 131072).height == 3
-    assert t["op"].null_count() == 8            # 2.19-2.21 lines do not name the op
+    assert t["op"].null_count() == 8  # 2.19-2.21 lines do not name the op
     # 24 ranks, but each Channel line lists only 20 of them: never used as an order
     assert log.rings.height == 9 and not log.rings["complete"].any()
     assert set(log.rings["order"].list.len()) == {20}
@@ -155,9 +175,18 @@ def test_old_init_complete_lines_two_hosts():
     r15 = c.filter(c["rank"] == 15).to_dicts()[0]
     assert (r15["cuda_dev"], r15["bus_id"], r15["comm_id"]) == (7, "e7000", "0x7fdf08000d00")
     layout = rank_layout(log)
-    assert {r: v["node"] for r, v in layout.items()} == {2: 0, 4: 0, 5: 0, 8: 1, 9: 1, 12: 1, 14: 1, 15: 1}
+    assert {r: v["node"] for r, v in layout.items()} == {
+        2: 0,
+        4: 0,
+        5: 0,
+        8: 1,
+        9: 1,
+        12: 1,
+        14: 1,
+        15: 1,
+    }
     assert layout[8]["host"] == "A03-R28-I49-3-9000018"
-    assert layout[8]["local_rank"] is None      # only 8 of 16 ranks logged: not guessed
+    assert layout[8]["local_rank"] is None  # only 8 of 16 ranks logged: not guessed
 
 
 def test_snippet_formats(tmp_path):
@@ -167,22 +196,31 @@ def test_snippet_formats(tmp_path):
     assert any("several NCCL versions" in w for w in log.warnings)
     assert any("1 NCCL WARN lines, first: Could not find a path" in w for w in log.warnings)
     t = log.tuning.sort("bytes")
-    assert t.select("op", "nccl_op", "bytes", "algo", "proto", "channel_lo", "channel_hi").rows()[:2] == [
+    assert t.select("op", "nccl_op", "bytes", "algo", "proto", "channel_lo", "channel_hi").rows()[
+        :2
+    ] == [
         ("all_reduce", "AllReduce", 16777216, "TREE", "LL128", 0, 15),
-        ("all_reduce", "AllReduce", 33554432, "NVLS_TREE", "SIMPLE", 0, 15)]
+        ("all_reduce", "AllReduce", 33554432, "NVLS_TREE", "SIMPLE", 0, 15),
+    ]
     bare = t.filter(t["bytes"] == 805306368).to_dicts()[0]
-    assert (bare["host"], bare["algo"], bare["proto"], bare["time_us"]) == (None, "RING", "SIMPLE", 3970.683594)
+    assert (bare["host"], bare["algo"], bare["proto"], bare["time_us"]) == (
+        None,
+        "RING",
+        "SIMPLE",
+        3970.683594,
+    )
     tree = log.trees.filter(log.trees["rank"] == 155).sort("channel")
     assert tree.select("up", "down").rows() == [(153, [154]), (154, [153])]
     (comm,) = log.comms.to_dicts()
     assert (comm["unique_id"], comm["nnodes"], comm["bus_id"]) == ("0x5a16c3838ce6f1f8", 2, "1a000")
-    assert log.rings["comm_id"].to_list() == ["0x595122703ca0"]      # opened by Init START
+    assert log.rings["comm_id"].to_list() == ["0x595122703ca0"]  # opened by Init START
     assert log.transports.select("comm_id", "via", "direction").rows() == [
-        ("0x595122703ca0", "NET/IBext_v8/0/GDRDMA", "receive")]
+        ("0x595122703ca0", "NET/IBext_v8/0/GDRDMA", "receive")
+    ]
 
 
 def test_folder_gz_and_run_folder(tmp_path):
-    log = read_nccl_logs(DATA)                  # the .json dumps there are not taken for logs
+    log = read_nccl_logs(DATA)  # the .json dumps there are not taken for logs
     assert len(log.files) == 6 and all(f.endswith(".log") for f in log.files)
     assert log.version == "2.10.3+cuda11.0"
     run = tmp_path / "run"
@@ -234,6 +272,7 @@ def test_garbage_lines_inside_a_real_log_are_counted(tmp_path):
 
 def test_pickle_and_json_are_not_logs(tmp_path):
     import pickle
+
     (tmp_path / "x.log").write_bytes(pickle.dumps({"entries": []}))
     bad(tmp_path / "x.log")
     bad(DATA / "fr_rank0.json")
@@ -249,12 +288,38 @@ def test_unreadable_and_missing(tmp_path):
     assert "cannot read NCCL log" in bad(tmp_path / "broken.log.gz")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.sampled_from([
-    b"NCCL INFO ", b"host:1:2 ", b"[0] ", b"Channel 00/02 : ", b"0 1 ", b"-> ", b"Ring 00 : ",
-    b"Trees [0] ", b"1/-1/-1->0->-1", b"comm 0x1 rank 0 nranks 2 ", b"Bytes -> Algo 9 proto 7 ",
-    b"\n", b"\xff", b"NCCL version 2.1", b" via P2P/IPC", b"99999999999999999999999 ",
-    b"time e ", b"time 1e999", b"localRank 123456789012345 ", b"nNodes ff "]), max_size=40))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                b"NCCL INFO ",
+                b"host:1:2 ",
+                b"[0] ",
+                b"Channel 00/02 : ",
+                b"0 1 ",
+                b"-> ",
+                b"Ring 00 : ",
+                b"Trees [0] ",
+                b"1/-1/-1->0->-1",
+                b"comm 0x1 rank 0 nranks 2 ",
+                b"Bytes -> Algo 9 proto 7 ",
+                b"\n",
+                b"\xff",
+                b"NCCL version 2.1",
+                b" via P2P/IPC",
+                b"99999999999999999999999 ",
+                b"time e ",
+                b"time 1e999",
+                b"localRank 123456789012345 ",
+                b"nNodes ff ",
+            ]
+        ),
+        max_size=40,
+    )
+)
 def test_any_mix_of_fragments_parses_or_raises_tracekit_error(tmp_path, parts):
     path = tmp_path / "f.log"
     path.write_bytes(b"".join(parts))

@@ -1,5 +1,6 @@
 """All-gather / reduce-scatter overlap: on our ZeRO-3 sample, on a real FSDP2 trace (fully_shard on
 CPU gloo, 2 ranks, generated here), and the interval arithmetic on frames built by hand."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import ROOT, SAMPLES
+
 from tracekit.analyses.overlap import compute_intervals, overlap_summary, overlap_units
 from tracekit.analyze import Analysis, analyze
 
@@ -53,8 +54,22 @@ def fsdp2_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script = out / "job.py"
     script.write_text(FSDP2_JOB)
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(script), str(out / "run")], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(out / "run"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / "run"
 
@@ -74,7 +89,11 @@ def test_fsdp2_labels_attribute_every_collective(fsdp2: Analysis) -> None:
     # FSDP2: every block gathered before its forward and (resharded after forward) before its
     # backward, its gradients reduce-scattered; the root's parameters stay gathered after forward
     for b in blocks:
-        assert {(b, "fwd", "all_gather"), (b, "bwd", "all_gather"), (b, "bwd", "reduce_scatter")} <= got
+        assert {
+            (b, "fwd", "all_gather"),
+            (b, "bwd", "all_gather"),
+            (b, "bwd", "reduce_scatter"),
+        } <= got
     assert {("root", "fwd", "all_gather"), ("root", "bwd", "reduce_scatter")} <= got
     ov = result.summary["overlap"]
     steps, ranks = ov["steps"], ov["ranks"]
@@ -97,7 +116,9 @@ def _check_frame_identities(frame: pl.DataFrame, ov: dict) -> None:
     n = frame["rank"].n_unique()
     ag = frame.filter(pl.col("op") == "all_gather")
     assert ov["allgather_s"] == pytest.approx(ag["duration_s"].sum() / n)
-    assert ov["allgather_hidden_fraction"] == pytest.approx(ag["hidden_s"].sum() / ag["duration_s"].sum())
+    assert ov["allgather_hidden_fraction"] == pytest.approx(
+        ag["hidden_s"].sum() / ag["duration_s"].sum()
+    )
     assert sum(r["count"] for r in ov["per_layer"]) == frame.height
 
 
@@ -113,13 +134,24 @@ def test_zero3_sample_per_unit_table() -> None:
     units = [f"unit{i}" for i in range(6)]
     keys = [(r["unit"], r["phase"], r["op"]) for r in ov["per_layer"]]
     assert keys[:6] == [(u, "fwd", "all_gather") for u in units]
-    assert set(keys[6:]) == {(u, "bwd", op) for u in units for op in ("all_gather", "reduce_scatter")}
+    assert set(keys[6:]) == {
+        (u, "bwd", op) for u in units for op in ("all_gather", "reduce_scatter")
+    }
     ranks, steps = ov["ranks"], ov["steps"]
     assert all(r["count"] == ranks * steps for r in ov["per_layer"])
     # the first unit's forward gather has nothing before it to hide under
     assert ov["per_layer"][0]["hidden_s"] == pytest.approx(0.0, abs=1e-4)
-    assert set(frame.columns) >= {"rank", "unit", "phase", "op", "start_ns", "end_ns", "duration_s", "hidden_s",
-                                  "exposed_s"}
+    assert set(frame.columns) >= {
+        "rank",
+        "unit",
+        "phase",
+        "op",
+        "start_ns",
+        "end_ns",
+        "duration_s",
+        "hidden_s",
+        "exposed_s",
+    }
 
 
 def test_no_gathers_no_section() -> None:
@@ -130,38 +162,110 @@ def test_no_gathers_no_section() -> None:
 
 
 def _segments(rows: list[tuple[int, int, int, str]]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "state": pl.Utf8},
-                        orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "state": pl.Utf8},
+        orient="row",
+    )
 
 
 def _events(rows: list[tuple]) -> pl.DataFrame:
-    schema = {"rank": pl.Int32, "device": pl.Utf8, "pid": pl.Utf8, "tid": pl.Utf8, "cat": pl.Utf8, "name": pl.Utf8,
-              "start_ns": pl.Int64, "end_ns": pl.Int64, "kind": pl.Utf8, "correlation": pl.Int64}
+    schema = {
+        "rank": pl.Int32,
+        "device": pl.Utf8,
+        "pid": pl.Utf8,
+        "tid": pl.Utf8,
+        "cat": pl.Utf8,
+        "name": pl.Utf8,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "kind": pl.Utf8,
+        "correlation": pl.Int64,
+    }
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def _coll(rows: list[tuple]) -> pl.DataFrame:
-    schema = {"rank": pl.Int32, "op": pl.Utf8, "bytes": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
-              "call_start_ns": pl.Int64}
+    schema = {
+        "rank": pl.Int32,
+        "op": pl.Utf8,
+        "bytes": pl.Int64,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "call_start_ns": pl.Int64,
+    }
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def test_hidden_is_the_intersection_with_compute_minus_waits() -> None:
     # compute [0,100) and [150,300); overlap [300,350) counts as compute; idle between
-    seg = _segments([(0, 0, 100, "compute"), (0, 100, 150, "idle"), (0, 150, 300, "compute"),
-                     (0, 300, 350, "overlap"), (0, 350, 400, "comm")])
-    ev = _events([
-        # labels and calls on the main thread: a forward gather of unit1 launched at 10 ...
-        (0, "cpu", "1", "1", "user_annotation", "forward", 0, 200, "annotation", None),
-        (0, "cpu", "1", "1", "user_annotation", "comm:all_gather:unit1:fwd", 10, 20, "annotation", None),
-        (0, "cpu", "1", "1", "cpu_op", "c10d::_allgather_base_", 12, 18, "communication", None),
-        # ... and a reduce-scatter inside an FSDP2 post-backward of blocks.0, launched at 250
-        (0, "cpu", "1", "1", "user_annotation", "backward", 200, 400, "annotation", None),
-        (0, "cpu", "1", "1", "user_annotation", "FSDP::post_backward_reduce (blocks.0)", 240, 260, "annotation", None),
-        (0, "cpu", "1", "1", "cpu_op", "c10d::_reduce_scatter_base_", 250, 255, "communication", None),
-        # the main thread waits inside an autograd op from 160 to 200: not compute
-        (0, "cpu", "1", "1", "user_annotation", "comm:wait:unit1:bwd", 160, 200, "annotation", None),
-    ])
+    seg = _segments(
+        [
+            (0, 0, 100, "compute"),
+            (0, 100, 150, "idle"),
+            (0, 150, 300, "compute"),
+            (0, 300, 350, "overlap"),
+            (0, 350, 400, "comm"),
+        ]
+    )
+    ev = _events(
+        [
+            # labels and calls on the main thread: a forward gather of unit1 launched at 10 ...
+            (0, "cpu", "1", "1", "user_annotation", "forward", 0, 200, "annotation", None),
+            (
+                0,
+                "cpu",
+                "1",
+                "1",
+                "user_annotation",
+                "comm:all_gather:unit1:fwd",
+                10,
+                20,
+                "annotation",
+                None,
+            ),
+            (0, "cpu", "1", "1", "cpu_op", "c10d::_allgather_base_", 12, 18, "communication", None),
+            # ... and a reduce-scatter inside an FSDP2 post-backward of blocks.0, launched at 250
+            (0, "cpu", "1", "1", "user_annotation", "backward", 200, 400, "annotation", None),
+            (
+                0,
+                "cpu",
+                "1",
+                "1",
+                "user_annotation",
+                "FSDP::post_backward_reduce (blocks.0)",
+                240,
+                260,
+                "annotation",
+                None,
+            ),
+            (
+                0,
+                "cpu",
+                "1",
+                "1",
+                "cpu_op",
+                "c10d::_reduce_scatter_base_",
+                250,
+                255,
+                "communication",
+                None,
+            ),
+            # the main thread waits inside an autograd op from 160 to 200: not compute
+            (
+                0,
+                "cpu",
+                "1",
+                "1",
+                "user_annotation",
+                "comm:wait:unit1:bwd",
+                160,
+                200,
+                "annotation",
+                None,
+            ),
+        ]
+    )
     coll = _coll([(0, "all_gather", 64, 50, 180, 12), (0, "reduce_scatter", 64, 260, 380, 250)])
     frame = overlap_units(ev, coll, seg)
     ag, rs = frame.row(0, named=True), frame.row(1, named=True)
@@ -180,12 +284,14 @@ def test_hidden_is_the_intersection_with_compute_minus_waits() -> None:
 
 def test_unlabelled_and_root_units() -> None:
     seg = _segments([(0, 0, 100, "compute")])
-    ev = _events([
-        (0, "cpu", "1", "1", "user_annotation", "FSDP::pre_forward", 0, 40, "annotation", None),
-        (0, "cpu", "1", "1", "user_annotation", "FSDP::all_gather", 5, 30, "annotation", None),
-        (0, "cpu", "1", "1", "cpu_op", "c10d::_allgather_base_", 10, 20, "communication", None),
-        (0, "cpu", "1", "1", "cpu_op", "c10d::_allgather_base_", 60, 70, "communication", None),
-    ])
+    ev = _events(
+        [
+            (0, "cpu", "1", "1", "user_annotation", "FSDP::pre_forward", 0, 40, "annotation", None),
+            (0, "cpu", "1", "1", "user_annotation", "FSDP::all_gather", 5, 30, "annotation", None),
+            (0, "cpu", "1", "1", "cpu_op", "c10d::_allgather_base_", 10, 20, "communication", None),
+            (0, "cpu", "1", "1", "cpu_op", "c10d::_allgather_base_", 60, 70, "communication", None),
+        ]
+    )
     coll = _coll([(0, "all_gather", 8, 20, 50, 10), (0, "all_gather", 8, 70, 90, 60)])
     frame = overlap_units(ev, coll, seg)
     assert frame.select("unit", "phase").rows() == [("root", "fwd"), ("unlabelled", "step")]
@@ -195,13 +301,21 @@ def test_volume_ideal_and_wire_per_rank_per_step() -> None:
     """``volume``: S x bus factor of the op asked for (ideal) and of the op gloo ran (wire)."""
     from tracekit.analyses.volume import volume_summary
 
-    schema = {"rank": pl.Int32, "op": pl.Utf8, "bytes": pl.Int64, "wire_op": pl.Utf8, "wire_bytes": pl.Int64,
-              "group_size": pl.Int32}
+    schema = {
+        "rank": pl.Int32,
+        "op": pl.Utf8,
+        "bytes": pl.Int64,
+        "wire_op": pl.Utf8,
+        "wire_bytes": pl.Int64,
+        "group_size": pl.Int32,
+    }
     rows = []
     for rank in (0, 1):
-        rows += [(rank, "all_gather", 400, "all_gather", None),         # sizes unknown on the span: S
-                 (rank, "reduce_scatter", 400, "all_reduce", 400),      # gloo: a full all-reduce
-                 (rank, "all_reduce", 100, "all_reduce", 100)]
+        rows += [
+            (rank, "all_gather", 400, "all_gather", None),  # sizes unknown on the span: S
+            (rank, "reduce_scatter", 400, "all_reduce", 400),  # gloo: a full all-reduce
+            (rank, "all_reduce", 100, "all_reduce", 100),
+        ]
     coll = pl.DataFrame([(*r, 4) for r in rows], schema=schema, orient="row")
     v = volume_summary(coll, steps=2)
     # ideal: (400 x 3/4 + 400 x 3/4 + 100 x 6/4) / 2 steps; wire: the reduce-scatter at 6/4

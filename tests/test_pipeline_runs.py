@@ -3,6 +3,7 @@
 Three jobs, each reused by many tests: GPipe and PipeDream with p=4 stages and m=8 microbatches
 (the same settings, so their bubbles compare), 1F1B with p=2 and the default m=2p.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_cli
 from torch.func import functional_call
 
-from conftest import run_cli
 from instrumented_runs.model import GPTConfig, loss_fn
 from instrumented_runs.pipeline import GLOBAL_BATCH, Stage
 from instrumented_runs.single import train_single
@@ -25,13 +26,27 @@ pytestmark = pytest.mark.slow
 STEPS, WARMUP, M4 = 2, 1, 8
 
 
-def _run(tmp_path_factory: pytest.TempPathFactory, strategy: str, nproc: int, microbatches: int | None,
-         env: dict[str, str]) -> Path:
+def _run(
+    tmp_path_factory: pytest.TempPathFactory,
+    strategy: str,
+    nproc: int,
+    microbatches: int | None,
+    env: dict[str, str],
+) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
-        run = run_job(RunOptions(strategy, nproc=nproc, steps=STEPS, warmup=WARMUP, microbatches=microbatches,
-                                 out=tmp_path_factory.mktemp(strategy), timeout=400))
+        run = run_job(
+            RunOptions(
+                strategy,
+                nproc=nproc,
+                steps=STEPS,
+                warmup=WARMUP,
+                microbatches=microbatches,
+                out=tmp_path_factory.mktemp(strategy),
+                timeout=400,
+            )
+        )
     data = runfolder.load_run_json(run)
     assert data is not None and data["status"] == "ok", data
     return run
@@ -61,7 +76,10 @@ def one_f_odd(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def analysed(gpipe, pipedream, one_f):
-    return {name: analyze(run) for name, run in (("gpipe", gpipe), ("pipedream", pipedream), ("1f1b", one_f))}
+    return {
+        name: analyze(run)
+        for name, run in (("gpipe", gpipe), ("pipedream", pipedream), ("1f1b", one_f))
+    }
 
 
 def _json(path: Path) -> dict:
@@ -79,7 +97,7 @@ def _losses(run: Path, rank: int) -> list[float]:
 def test_losses_match_single_process(which, nproc, request):
     run = request.getfixturevalue(which)
     ref, _ = train_single(WARMUP + STEPS, batch_size=GLOBAL_BATCH)
-    for rank in range(nproc):   # the last stage's loss, broadcast to every rank
+    for rank in range(nproc):  # the last stage's loss, broadcast to every rank
         got = _losses(run, rank)
         assert len(got) == len(ref)
         for a, r in zip(got, ref):
@@ -111,7 +129,11 @@ def test_run_json_records_the_pipeline(gpipe, one_f):
     assert (opts["schedule"], opts["stages"], opts["microbatches"]) == ("gpipe", 4, M4)
     assert opts["stage_layers"] == [[0, 1], [1, 2], [2, 3], [3, 4]]
     opts = runfolder.load_run_json(one_f)["config"]["strategy_options"]
-    assert (opts["schedule"], opts["stages"], opts["microbatches"]) == ("1f1b", 2, 4)   # default m = 2p
+    assert (opts["schedule"], opts["stages"], opts["microbatches"]) == (
+        "1f1b",
+        2,
+        4,
+    )  # default m = 2p
 
 
 def test_inflight_and_activation_peaks_follow_the_schedule(gpipe, one_f):
@@ -138,12 +160,22 @@ def test_traces_carry_the_labels(analysed):
             assert fwd and bwd
             assert all((":v" in n) == versioned for n in fwd + bwd)
             if rank > 0:
-                assert any(n.startswith("comm:recv:act:") and n.endswith(f":peer{rank - 1}") for n in names)
-                assert any(n.startswith("comm:send:grad:") and n.endswith(f":peer{rank - 1}") for n in names)
+                assert any(
+                    n.startswith("comm:recv:act:") and n.endswith(f":peer{rank - 1}") for n in names
+                )
+                assert any(
+                    n.startswith("comm:send:grad:") and n.endswith(f":peer{rank - 1}")
+                    for n in names
+                )
             if rank < 3:
-                assert any(n.startswith("comm:send:act:") and n.endswith(f":peer{rank + 1}") for n in names)
-                assert any(n.startswith("comm:recv:grad:") and n.endswith(f":peer{rank + 1}") for n in names)
-            assert ("comm:wait:sends" in names) != versioned   # PipeDream never flushes
+                assert any(
+                    n.startswith("comm:send:act:") and n.endswith(f":peer{rank + 1}") for n in names
+                )
+                assert any(
+                    n.startswith("comm:recv:grad:") and n.endswith(f":peer{rank + 1}")
+                    for n in names
+                )
+            assert ("comm:wait:sends" in names) != versioned  # PipeDream never flushes
             assert ("comm:wait:sends:end" in names) == versioned
 
 
@@ -155,13 +187,15 @@ def test_pipedream_versions_and_staleness(pipedream):
     for s in range(p):
         train = _json(runfolder.train_path(pipedream, s))
         mem = _json(runfolder.memory_path(pipedream, s))
-        assert train["weight_versions"] == mem["weight_versions"] == p - s        # PipeDream: p - s
-        assert train["updates"] == total                                          # one per microbatch
+        assert train["weight_versions"] == mem["weight_versions"] == p - s  # PipeDream: p - s
+        assert train["updates"] == total  # one per microbatch
         log = train["microbatch_log"]
-        assert [e["mb"] for e in sorted(log, key=lambda e: e["update_version"])] == list(range(total))
+        assert [e["mb"] for e in sorted(log, key=lambda e: e["update_version"])] == list(
+            range(total)
+        )
         assert [e["update_version"] for e in log] == list(range(1, total + 1))
-        assert all(e["b_version"] == e["f_version"] for e in log)                # the stash was used
-        steady = [e["staleness"] for e in log[p:total - p]]
+        assert all(e["b_version"] == e["f_version"] for e in log)  # the stash was used
+        steady = [e["staleness"] for e in log[p : total - p]]
         assert set(steady) == {p - s - 1}
         # the stashed copies are model states: p - s copies of the stage's parameters
         numel = sum(t.numel() for t in Stage(GPTConfig(), 0, s, p).parameters())
@@ -172,7 +206,9 @@ def test_pipedream_backward_uses_the_stashed_weights(pipedream):
     """Recompute one backward per stage with the stashed and with the latest weights."""
     cfg = GPTConfig()
     for s in range(4):
-        check = torch.load(runfolder.train_path(pipedream, s).with_name(f"pp_check_rank{s}.pt"), weights_only=True)
+        check = torch.load(
+            runfolder.train_path(pipedream, s).with_name(f"pp_check_rank{s}.pt"), weights_only=True
+        )
         stage = Stage(cfg, 0, s, 4)
         local = [n for n, _ in stage.named_parameters()]
         assert [stage.global_name(n) for n in local] == check["names"]
@@ -195,8 +231,14 @@ def test_pipedream_backward_uses_the_stashed_weights(pipedream):
         if stale:
             assert any(not torch.equal(a, b) for a, b in zip(check["stashed"], check["latest"]))
             with_latest = grads(check["latest"])
-            diff = max(((a - b).norm() / b.norm()).item() for a, b in zip(check["grads"], with_latest) if b.norm() > 0)
-            assert diff > 1e-3, "the backward's gradient equals the latest weights' one: no stashing"
+            diff = max(
+                ((a - b).norm() / b.norm()).item()
+                for a, b in zip(check["grads"], with_latest)
+                if b.norm() > 0
+            )
+            assert diff > 1e-3, (
+                "the backward's gradient equals the latest weights' one: no stashing"
+            )
         else:
             assert all(torch.equal(a, b) for a, b in zip(check["stashed"], check["latest"]))
 
@@ -207,21 +249,64 @@ def test_pipedream_backward_uses_the_stashed_weights(pipedream):
 def test_pipeline_section_keys_and_frames(analysed):
     for name, a in analysed.items():
         pipe = a.summary["pipeline"]
-        for key in ("schedule", "stages", "microbatches", "bubble_fraction", "bubble_fraction_span",
-                    "bubble_fraction_theory", "bubble_fraction_replay", "per_stage"):
+        for key in (
+            "schedule",
+            "stages",
+            "microbatches",
+            "bubble_fraction",
+            "bubble_fraction_span",
+            "bubble_fraction_theory",
+            "bubble_fraction_replay",
+            "per_stage",
+        ):
             assert key in pipe
         assert pipe["schedule"] == name
         for row in pipe["per_stage"]:
-            for key in ("stage", "fill_s", "steady_s", "drain_s", "max_inflight_microbatches",
-                        "activation_peak_bytes", "weight_versions", "recv_wait_s", "recv_transfer_s"):
+            for key in (
+                "stage",
+                "fill_s",
+                "steady_s",
+                "drain_s",
+                "max_inflight_microbatches",
+                "activation_peak_bytes",
+                "weight_versions",
+                "recv_wait_s",
+                "recv_transfer_s",
+            ):
                 assert key in row
-            assert row["fill_s"] + row["steady_s"] + row["drain_s"] + row["busy_s"] == pytest.approx(row["window_s"], rel=1e-6)
-            assert row["recv_wait_s"] + row["recv_transfer_s"] + row["recv_unmatched_s"] == pytest.approx(row["recv_s"], rel=1e-6, abs=1e-9)
+            assert row["fill_s"] + row["steady_s"] + row["drain_s"] + row[
+                "busy_s"
+            ] == pytest.approx(row["window_s"], rel=1e-6)
+            assert row["recv_wait_s"] + row["recv_transfer_s"] + row[
+                "recv_unmatched_s"
+            ] == pytest.approx(row["recv_s"], rel=1e-6, abs=1e-9)
             # PipeDream's stream crosses into the trace: a few receives' sends came before it
             assert row["recv_unmatched_s"] == 0 or name == "pipedream"
-        assert list(a.frames["pipeline_ops"].columns) == ["rank", "stage", "step", "kind", "microbatch", "version", "start_ns", "end_ns"]
-        assert list(a.frames["bubbles"].columns) == ["rank", "stage", "step", "phase", "start_ns", "end_ns"]
-        assert list(a.frames["pipeline_replay"].columns) == ["stage", "kind", "microbatch", "start_s", "end_s"]
+        assert list(a.frames["pipeline_ops"].columns) == [
+            "rank",
+            "stage",
+            "step",
+            "kind",
+            "microbatch",
+            "version",
+            "start_ns",
+            "end_ns",
+        ]
+        assert list(a.frames["bubbles"].columns) == [
+            "rank",
+            "stage",
+            "step",
+            "phase",
+            "start_ns",
+            "end_ns",
+        ]
+        assert list(a.frames["pipeline_replay"].columns) == [
+            "stage",
+            "kind",
+            "microbatch",
+            "start_s",
+            "end_s",
+        ]
         assert set(a.frames["bubbles"]["phase"].unique()) <= {"fill", "steady", "drain"}
 
 
@@ -234,26 +319,38 @@ def test_measured_bubble_against_theory_and_replay(analysed):
     for name, bound in (("gpipe", 0.12), ("1f1b", 0.06)):
         pipe = analysed[name].summary["pipeline"]
         p, m = pipe["stages"], pipe["microbatches"]
-        assert pipe["bubble_fraction_theory"] == pytest.approx(theory.pipeline_bubble_fraction(p, m))
+        assert pipe["bubble_fraction_theory"] == pytest.approx(
+            theory.pipeline_bubble_fraction(p, m)
+        )
         assert pipe["bubble_fraction_theory_megatron"] == pytest.approx((p - 1) / m)
         # non-uniform stages can put the replay on either side of the uniform theory (1F1B starts
         # a slow last stage's backwards early: see test_pipeline_analysis's hand simulations)
         assert 0 < pipe["bubble_fraction_replay"] < 1
         assert pipe["bubble_fraction"] >= pipe["bubble_fraction_replay"] - 0.02
-        assert pipe["bubble_fraction"] - pipe["bubble_fraction_replay"] <= bound, (name, pipe["bubble_fraction"], pipe["bubble_fraction_replay"])
+        assert pipe["bubble_fraction"] - pipe["bubble_fraction_replay"] <= bound, (
+            name,
+            pipe["bubble_fraction"],
+            pipe["bubble_fraction_replay"],
+        )
         ops = analysed[name].frames["pipeline_ops"]
         assert ops.height == 2 * p * m * STEPS
 
 
 def test_inflight_versions_from_labels(analysed):
-    for name, p, want in (("gpipe", 4, lambda r: M4), ("1f1b", 2, lambda r: 2 - r), ("pipedream", 4, lambda r: 4 - r)):
+    for name, p, want in (
+        ("gpipe", 4, lambda r: M4),
+        ("1f1b", 2, lambda r: 2 - r),
+        ("pipedream", 4, lambda r: 4 - r),
+    ):
         rows = analysed[name].summary["pipeline"]["per_stage"]
         assert [r["max_inflight_microbatches"] for r in rows] == [want(r) for r in range(p)]
         assert all(r["activation_peak_bytes"] > 0 for r in rows)
     rows = analysed["pipedream"].summary["pipeline"]["per_stage"]
     assert [r["weight_versions"] for r in rows] == [4, 3, 2, 1]
     assert [r["staleness_max"] for r in rows] == [3, 2, 1, 0]
-    assert all(r["weight_versions"] is None for r in analysed["gpipe"].summary["pipeline"]["per_stage"])
+    assert all(
+        r["weight_versions"] is None for r in analysed["gpipe"].summary["pipeline"]["per_stage"]
+    )
 
 
 def test_pipedream_idles_less_than_gpipe_over_the_span(analysed):
@@ -269,4 +366,6 @@ def test_analyze_cli_prints_the_pipeline_table(gpipe, tmp_path):
     assert "pipeline gpipe: p=4 m=8" in proc.stdout and "in flight" in proc.stdout
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["pipeline"]["per_stage"][3]["max_inflight_microbatches"] == M4
-    assert (tmp_path / "a" / "bubbles.parquet").is_file() and (tmp_path / "a" / "pipeline_replay.parquet").is_file()
+    assert (tmp_path / "a" / "bubbles.parquet").is_file() and (
+        tmp_path / "a" / "pipeline_replay.parquet"
+    ).is_file()

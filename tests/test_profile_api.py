@@ -1,5 +1,6 @@
 """tracekit.profile on a user's own job: real 2-rank gloo scripts under torchrun and under a
 simulated srun (SLURM_* variables, no torchrun), then `tracekit analyze` on what they wrote."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,9 +14,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, run_cli
 
 import tracekit
-from conftest import ROOT, run_cli
 from tracekit import runfolder
 from tracekit.analyze import analyze
 
@@ -93,9 +94,23 @@ def torchrun_job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     script = root / "train.py"
     script.write_text(USER_JOB)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc-per-node", "2", str(script), str(root / "out")],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=root)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(root / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=root,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return _runs_from(proc.stdout)
 
@@ -115,17 +130,36 @@ def srun_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path],
     script.write_text(USER_JOB)
     port = _free_port()
     ncpu = len(os.sched_getaffinity(0))
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "TORCHELASTIC_", "GROUP_", "LOCAL_", "RANK", "WORLD_"))}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "TORCHELASTIC_", "GROUP_", "LOCAL_", "RANK", "WORLD_"))
+    }
     procs = []
     for task in (0, 1):
-        env = {**base, "PYTHONPATH": str(ROOT), "SLURM_PROCID": str(task), "SLURM_NTASKS": "2",
-               "SLURM_LOCALID": "0", "SLURM_NODEID": str(task), "SLURM_JOB_ID": "4242",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "ONLY_CTX": "1",
-               "OMP_NUM_THREADS": str(ncpu)}   # every task takes every CPU: oversubscribed
-        procs.append(subprocess.Popen([sys.executable, str(script), str(root / "out")], env=env,
-                                      cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        env = {
+            **base,
+            "PYTHONPATH": str(ROOT),
+            "SLURM_PROCID": str(task),
+            "SLURM_NTASKS": "2",
+            "SLURM_LOCALID": "0",
+            "SLURM_NODEID": str(task),
+            "SLURM_JOB_ID": "4242",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "ONLY_CTX": "1",
+            "OMP_NUM_THREADS": str(ncpu),
+        }  # every task takes every CPU: oversubscribed
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), str(root / "out")],
+                env=env,
+                cwd=root,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-4000:]
@@ -139,55 +173,78 @@ def test_run_json_of_a_torchrun_job(torchrun_job: dict[str, Path]) -> None:
     run = torchrun_job["ctx"]
     assert run.parent.name == "ctx" and run.name.startswith("user-")
     data = runfolder.load_run_json(run)
-    assert (data["strategy"], data["world_size"], data["backend"], data["device"]) == ("user", 2, "gloo", "cpu")
+    assert (data["strategy"], data["world_size"], data["backend"], data["device"]) == (
+        "user",
+        2,
+        "gloo",
+        "cpu",
+    )
     assert {k: data["config"][k] for k in ("wait", "warmup", "active", "repeat")} == {
-        "wait": 1, "warmup": 1, "active": 3, "repeat": 1}
+        "wait": 1,
+        "warmup": 1,
+        "active": 3,
+        "repeat": 1,
+    }
     assert data["status"] == "ok" and data["errors"] == [] and data["launcher"] == "torchrun"
     host = socket.gethostname()
-    assert data["topology"] == [{"rank": 0, "node": 0, "host": host, "local_rank": 0},
-                                {"rank": 1, "node": 0, "host": host, "local_rank": 1}]
+    assert data["topology"] == [
+        {"rank": 0, "node": 0, "host": host, "local_rank": 0},
+        {"rank": 1, "node": 0, "host": host, "local_rank": 1},
+    ]
     assert data["topology_source"] == "GROUP_RANK"
     assert data["versions"]["torch"] and data["versions"]["tracekit"] == tracekit.__version__
     env = data["environment"]
     assert env["cpu_model"] is not None and env["threads_by_rank"] == [1, 1]
-    assert env["variables"]["OMP_NUM_THREADS"] == "1"   # torchrun's, recorded
-    if len(os.sched_getaffinity(0)) >= 2:               # 2 ranks x 1 thread fit
+    assert env["variables"]["OMP_NUM_THREADS"] == "1"  # torchrun's, recorded
+    if len(os.sched_getaffinity(0)) >= 2:  # 2 ranks x 1 thread fit
         assert not any("oversubscribe" in w for w in data["warnings"])
     for r in (0, 1):
         assert runfolder.trace_path(run, r).is_file()
-        assert (runfolder.nccl_dir(run) / f"fr_rank{r}.json").is_file()   # flight recorder, gloo too
+        assert (runfolder.nccl_dir(run) / f"fr_rank{r}.json").is_file()  # flight recorder, gloo too
     assert not [p for p in run.rglob(".*")], "no temporary or lock files left"
 
 
-def test_tracekit_analyze_reads_the_run_folder(torchrun_job: dict[str, Path], tmp_path: Path) -> None:
+def test_tracekit_analyze_reads_the_run_folder(
+    torchrun_job: dict[str, Path], tmp_path: Path
+) -> None:
     proc = run_cli("analyze", str(torchrun_job["ctx"]), "--out", str(tmp_path / "a"))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]
-    assert summary["window"]["kind"] == "complete_steps" and summary["window"]["steps"] == 3  # == active
+    assert (
+        summary["window"]["kind"] == "complete_steps" and summary["window"]["steps"] == 3
+    )  # == active
     assert summary["topology"] == {"source": "run.json", "nodes": {"0": 0, "1": 0}}
     assert summary["run"]["strategy"] == "user" and summary["run"]["status"] == "ok"
     assert summary["collectives"]["count"] > 0
     # nothing is missing from our own traces, so nothing is said to be
-    assert not [w for w in summary["warnings"] if " no trace" in w or w.startswith("no ")], summary["warnings"]
+    assert not [w for w in summary["warnings"] if " no trace" in w or w.startswith("no ")], summary[
+        "warnings"
+    ]
 
 
 def _step_names(trace: Path) -> tuple[str, ...]:
     events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-    return tuple(sorted({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")}))
+    return tuple(
+        sorted({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
+    )
 
 
 def test_decorator_and_callback_forms(torchrun_job: dict[str, Path]) -> None:
     deco = torchrun_job["deco"]
-    assert deco.name == "deco"                            # run_dir= is the run folder itself
+    assert deco.name == "deco"  # run_dir= is the run folder itself
     data = runfolder.load_run_json(deco)
     assert data["status"] == "ok" and data["config"]["active"] == 2 and data["steps_taken"] == 3
     result = analyze(deco)
-    assert result.summary["window"]["steps"] == 2 and [r["rank"] for r in result.summary["ranks"]] == [0, 1]
+    assert result.summary["window"]["steps"] == 2 and [
+        r["rank"] for r in result.summary["ranks"]
+    ] == [0, 1]
     # the callback ran two cycles (wait 1 + active 2, twice): the latest is the trace, the first kept aside
     cb = torchrun_job["cb"]
     data = runfolder.load_run_json(cb)
-    assert data["status"] == "ok" and data["cycles"] == 2 and data["steps_taken"] == 6   # stopped itself
+    assert (
+        data["status"] == "ok" and data["cycles"] == 2 and data["steps_taken"] == 6
+    )  # stopped itself
     for r in (0, 1):
         older = cb / "traces" / "cycles" / f"rank{r}.cycle1.json.gz"
         assert older.is_file() and runfolder.trace_path(cb, r).is_file()
@@ -199,13 +256,17 @@ def test_decorator_and_callback_forms(torchrun_job: dict[str, Path]) -> None:
 # --- srun ----------------------------------------------------------------------------------------
 
 
-def test_srun_topology_from_slurm_variables(srun_job: tuple[dict[str, Path], list[str]], tmp_path: Path) -> None:
+def test_srun_topology_from_slurm_variables(
+    srun_job: tuple[dict[str, Path], list[str]], tmp_path: Path
+) -> None:
     runs, stderrs = srun_job
     data = runfolder.load_run_json(runs["ctx"])
     host = socket.gethostname()
     assert data["launcher"] == "slurm" and data["topology_source"] == "SLURM_NODEID"
-    assert data["topology"] == [{"rank": 0, "node": 0, "host": host, "local_rank": 0},
-                                {"rank": 1, "node": 1, "host": host, "local_rank": 0}]
+    assert data["topology"] == [
+        {"rank": 0, "node": 0, "host": host, "local_rank": 0},
+        {"rank": 1, "node": 1, "host": host, "local_rank": 0},
+    ]
     # every task runs one thread per CPU: the host is oversubscribed, and the user is told
     over = [w for w in data["warnings"] if "oversubscribe" in w]
     assert len(over) == 1 and f"host {host}: 2 ranks" in over[0] and "set_num_threads" in over[0]
@@ -229,18 +290,24 @@ def _tiny_steps(prof: tracekit.Profiler, n: int) -> None:
 
 
 def test_one_rank_without_distributed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORLD_SIZE", "4")    # a launcher said 4 ranks, but nobody initialised
+    monkeypatch.setenv("WORLD_SIZE", "4")  # a launcher said 4 ranks, but nobody initialised
     log = tmp_path / "nccl-logs" / "%h.%p.log"
     monkeypatch.setenv("NCCL_DEBUG_FILE", str(log))
-    expanded = Path(str(log).replace("%h", socket.gethostname().split(".")[0]).replace("%p", str(os.getpid())))
+    expanded = Path(
+        str(log).replace("%h", socket.gethostname().split(".")[0]).replace("%p", str(os.getpid()))
+    )
     expanded.parent.mkdir()
-    expanded.write_text("vm:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0\n")
+    expanded.write_text(
+        "vm:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0\n"
+    )
     with pytest.warns(tracekit.ProfileWarning, match="not initialised"):
         with tracekit.profile(tmp_path, wait=0, warmup=1, active=2) as prof:
             _tiny_steps(prof, 3)
     data = runfolder.load_run_json(prof.run_dir)
     assert (data["world_size"], data["backend"], data["status"]) == (1, None, "ok")
-    assert data["topology"] == [{"rank": 0, "node": 0, "host": socket.gethostname(), "local_rank": 0}]
+    assert data["topology"] == [
+        {"rank": 0, "node": 0, "host": socket.gethostname(), "local_rank": 0}
+    ]
     assert any("not initialised" in w for w in data["warnings"])
     assert (runfolder.nccl_dir(prof.run_dir) / expanded.name).read_text() == expanded.read_text()
     result = analyze(prof.run_dir)
@@ -251,11 +318,13 @@ def test_an_exception_in_the_block_is_recorded(tmp_path: Path) -> None:
     with pytest.raises(ZeroDivisionError):
         with tracekit.profile(tmp_path, wait=0, warmup=1, active=5) as prof:
             _tiny_steps(prof, 3)
-            1 / 0
+            _ = 1 / 0
     data = runfolder.load_run_json(prof.run_dir)
     assert data["status"] == "failed"
-    assert data["errors"] == [{"rank": 0, "kind": "exception", "message": "ZeroDivisionError: division by zero"}]
-    assert runfolder.trace_path(prof.run_dir, 0).is_file()      # what was recorded is kept
+    assert data["errors"] == [
+        {"rank": 0, "kind": "exception", "message": "ZeroDivisionError: division by zero"}
+    ]
+    assert runfolder.trace_path(prof.run_dir, 0).is_file()  # what was recorded is kept
     assert analyze(prof.run_dir).summary["window"]["steps"] >= 1
 
 
@@ -263,13 +332,17 @@ def test_short_loop_and_bad_schedule(tmp_path: Path) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with tracekit.profile(tmp_path, wait=1, warmup=1, active=3) as prof:
-            _tiny_steps(prof, 1)             # stops in the warm-up step: no trace
+            _tiny_steps(prof, 1)  # stops in the warm-up step: no trace
     data = runfolder.load_run_json(prof.run_dir)
     assert data["status"] == "ok" and any("only 1 step taken" in w for w in data["warnings"])
     assert any("ranks [0] wrote no trace" in w for w in data["warnings"])
     assert any("only 1 step taken" in str(w.message) for w in caught)
     proc = run_cli("analyze", str(prof.run_dir))
-    assert proc.returncode == 2 and "no rank wrote one" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "no rank wrote one" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
     with pytest.raises(ValueError):
         tracekit.profile(tmp_path, active=0)
     with pytest.raises(RuntimeError):

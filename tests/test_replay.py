@@ -1,4 +1,5 @@
 """The pipeline replay against the papers' closed forms and against timelines worked out by hand."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,9 @@ TIMES = st.sampled_from([(1.0, 1.0), (1.0, 2.0), (0.25, 0.75), (3.0, 1.0)])
 
 
 @settings(max_examples=150, deadline=None)
-@given(schedule=st.sampled_from(["gpipe", "1f1b"]), p=st.integers(2, 8), m=st.integers(1, 16), fb=TIMES)
+@given(
+    schedule=st.sampled_from(["gpipe", "1f1b"]), p=st.integers(2, 8), m=st.integers(1, 16), fb=TIMES
+)
 def test_uniform_bubble_is_the_papers(schedule, p, m, fb):
     """Uniform stages: makespan (m+p-1)(f+b), bubble (p-1)/(m+p-1), whatever b/f is."""
     f, b = fb
@@ -33,13 +36,40 @@ def test_max_inflight(p, m):
 
 
 def test_schedule_orders():
-    assert schedule_order("gpipe", 2, 3, 0) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)]
-    assert schedule_order("gpipe", 2, 3, 1, backward_order="reverse")[3:] == [("B", 2), ("B", 1), ("B", 0)]
+    assert schedule_order("gpipe", 2, 3, 0) == [
+        ("F", 0),
+        ("F", 1),
+        ("F", 2),
+        ("B", 0),
+        ("B", 1),
+        ("B", 2),
+    ]
+    assert schedule_order("gpipe", 2, 3, 1, backward_order="reverse")[3:] == [
+        ("B", 2),
+        ("B", 1),
+        ("B", 0),
+    ]
     # p=4, stage 1: warm-up p-r-1 = 2 forwards, steady 1F1B, cool-down 2 backwards
     assert schedule_order("1f1b", 4, 4, 1) == [
-        ("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1), ("B", 2), ("B", 3)]
-    assert schedule_order("1f1b", 4, 4, 3) == [("F", 0), ("B", 0), ("F", 1), ("B", 1),
-                                               ("F", 2), ("B", 2), ("F", 3), ("B", 3)]
+        ("F", 0),
+        ("F", 1),
+        ("F", 2),
+        ("B", 0),
+        ("F", 3),
+        ("B", 1),
+        ("B", 2),
+        ("B", 3),
+    ]
+    assert schedule_order("1f1b", 4, 4, 3) == [
+        ("F", 0),
+        ("B", 0),
+        ("F", 1),
+        ("B", 1),
+        ("F", 2),
+        ("B", 2),
+        ("F", 3),
+        ("B", 3),
+    ]
     assert schedule_order("pipedream", 4, 4, 1) == schedule_order("1f1b", 4, 4, 1)
     with pytest.raises(ValueError):
         schedule_order("zb-h1", 2, 2, 0)
@@ -51,7 +81,10 @@ BWD = [[2, 2], [1, 1]]
 
 
 def timeline(result):
-    return {(r["stage"], r["kind"], r["microbatch"]): (r["start"], r["end"]) for r in result.ops.to_dicts()}
+    return {
+        (r["stage"], r["kind"], r["microbatch"]): (r["start"], r["end"])
+        for r in result.ops.to_dicts()
+    }
 
 
 def test_gpipe_by_hand():
@@ -69,20 +102,34 @@ def test_gpipe_by_hand():
     """
     r = replay("gpipe", 2, 2, FWD, BWD)
     assert timeline(r) == {
-        (0, "F", 0): (0, 1), (0, "F", 1): (1, 2), (0, "B", 0): (8, 10), (0, "B", 1): (10, 12),
-        (1, "F", 0): (1, 4), (1, "F", 1): (4, 7), (1, "B", 0): (7, 8), (1, "B", 1): (8, 9),
+        (0, "F", 0): (0, 1),
+        (0, "F", 1): (1, 2),
+        (0, "B", 0): (8, 10),
+        (0, "B", 1): (10, 12),
+        (1, "F", 0): (1, 4),
+        (1, "F", 1): (4, 7),
+        (1, "B", 0): (7, 8),
+        (1, "B", 1): (8, 9),
     }
     assert r.makespan == 12
     assert r.bubble_fraction == 10 / 24
     ps = r.per_stage.to_dicts()
-    assert [(s["busy"], s["fill"], s["steady"], s["drain"]) for s in ps] == [(6, 0, 6, 0), (8, 1, 0, 3)]
+    assert [(s["busy"], s["fill"], s["steady"], s["drain"]) for s in ps] == [
+        (6, 0, 6, 0),
+        (8, 1, 0, 3),
+    ]
 
 
 def test_gpipe_reverse_backward_by_hand():
     """Backwards in reverse order: stage 1 B1 [7,8], B0 [8,9]; stage 0 B1 [8,10], B0 [10,12]."""
     r = replay("gpipe", 2, 2, FWD, BWD, backward_order="reverse")
     t = timeline(r)
-    assert (t[(1, "B", 1)], t[(1, "B", 0)], t[(0, "B", 1)], t[(0, "B", 0)]) == ((7, 8), (8, 9), (8, 10), (10, 12))
+    assert (t[(1, "B", 1)], t[(1, "B", 0)], t[(0, "B", 1)], t[(0, "B", 0)]) == (
+        (7, 8),
+        (8, 9),
+        (8, 10),
+        (10, 12),
+    )
     assert r.bubble_fraction == 10 / 24
 
 
@@ -101,14 +148,22 @@ def test_1f1b_by_hand():
     """
     r = replay("1f1b", 2, 2, FWD, BWD)
     assert timeline(r) == {
-        (0, "F", 0): (0, 1), (0, "F", 1): (1, 2), (0, "B", 0): (5, 7), (0, "B", 1): (9, 11),
-        (1, "F", 0): (1, 4), (1, "B", 0): (4, 5), (1, "F", 1): (5, 8), (1, "B", 1): (8, 9),
+        (0, "F", 0): (0, 1),
+        (0, "F", 1): (1, 2),
+        (0, "B", 0): (5, 7),
+        (0, "B", 1): (9, 11),
+        (1, "F", 0): (1, 4),
+        (1, "B", 0): (4, 5),
+        (1, "F", 1): (5, 8),
+        (1, "B", 1): (8, 9),
     }
     assert r.makespan == 11
     assert r.bubble_fraction == 8 / 22
     ps = r.per_stage.to_dicts()
     assert [(s["busy"], s["fill"], s["steady"], s["drain"], s["max_inflight"]) for s in ps] == [
-        (6, 0, 5, 0, 2), (8, 1, 0, 2, 1)]
+        (6, 0, 5, 0, 2),
+        (8, 1, 0, 2, 1),
+    ]
 
 
 @pytest.mark.parametrize("p,m,steps", [(2, 2, 3), (4, 4, 3), (4, 8, 2), (8, 4, 4)])

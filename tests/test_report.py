@@ -3,6 +3,7 @@
 Each format is written through the CLI exactly as a user runs it, into a temporary folder that
 must hold the report and nothing else afterwards (written to a temporary name, then renamed).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import run_cli
 from test_figures import XSS, synthetic_analysis
 
@@ -51,8 +51,16 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-EXT = {"html": "html", "pdf": "pdf", "png": "png", "md": "md", "json": "json", "csv": "csv",
-       "parquet": "parquet", "perfetto": "perfetto.json"}
+EXT = {
+    "html": "html",
+    "pdf": "pdf",
+    "png": "png",
+    "md": "md",
+    "json": "json",
+    "csv": "csv",
+    "parquet": "parquet",
+    "perfetto": "perfetto.json",
+}
 
 
 @pytest.mark.parametrize("fmt", list(EXT))
@@ -71,7 +79,10 @@ def test_every_format_through_the_cli(tmp_path, fmt):
         assert "<script src=" not in text and not re.search(r"src=\"https?:", text)
         assert "this run has no pipeline data" in text and "this run has no traffic data" in text
     elif fmt == "pdf":
-        assert data.startswith(b"%PDF") and data.count(b"/Type /Page") - data.count(b"/Type /Pages") >= 2
+        assert (
+            data.startswith(b"%PDF")
+            and data.count(b"/Type /Page") - data.count(b"/Type /Pages") >= 2
+        )
     elif fmt == "png":
         w, h = _png_size(data)
         assert w == 1100 and h > 1500
@@ -90,10 +101,19 @@ def test_every_format_through_the_cli(tmp_path, fmt):
     elif fmt == "perfetto":
         doc = json.loads(data)
         ev = doc["traceEvents"]
-        procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+        procs = {
+            e["pid"]: e["args"]["name"]
+            for e in ev
+            if e["ph"] == "M" and e["name"] == "process_name"
+        }
         assert procs == {0: "rank 0", 1: "rank 1"}
         threads = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
-        assert {"tracekit: compute", "tracekit: communication", "tracekit: idle", "tracekit: bubble"} <= threads
+        assert {
+            "tracekit: compute",
+            "tracekit: communication",
+            "tracekit: idle",
+            "tracekit: bubble",
+        } <= threads
         xs = [e for e in ev if e["ph"] == "X"]
         assert min(e["ts"] for e in xs) == 0 and all(e["dur"] >= 0 for e in xs)
         names = {e["name"] for e in xs}
@@ -105,7 +125,10 @@ def test_default_output_name_in_current_folder(tmp_path):
     r = run_cli("report", str(TF), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert _only(tmp_path) == ["report.html"]
-    assert [str(default_output(f)) for f in ("md", "perfetto")] == ["report.md", "report.perfetto.json"]
+    assert [str(default_output(f)) for f in ("md", "perfetto")] == [
+        "report.md",
+        "report.perfetto.json",
+    ]
 
 
 def test_comparison_of_two_paths(tmp_path):
@@ -116,13 +139,21 @@ def test_comparison_of_two_paths(tmp_path):
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     assert text.count("plotly.js v") == 1
-    assert "<h2>comparison</h2>" in text and "<h2>trace_filter</h2>" in text and "<h2>again</h2>" in text
-    assert text.count("Plotly.newPlot(") == 3 + 2 * 4  # step, breakdown, bytes (no memory) + 4 per run
+    assert (
+        "<h2>comparison</h2>" in text
+        and "<h2>trace_filter</h2>" in text
+        and "<h2>again</h2>" in text
+    )
+    assert (
+        text.count("Plotly.newPlot(") == 3 + 2 * 4
+    )  # step, breakdown, bytes (no memory) + 4 per run
     both = [analyze(TF), analyze(other)]
     md = write_report([TF, other], tmp_path / "cmp.md", "md", analyses=both)
     lines = md.read_text().splitlines()
     assert "## comparison" in lines
-    assert sum(1 for l in lines if l.startswith("| trace_filter |") or l.startswith("| again |")) == 2
+    assert (
+        sum(1 for l in lines if l.startswith("| trace_filter |") or l.startswith("| again |")) == 2
+    )
 
 
 def test_compare_prints_a_table_and_writes_nothing(tmp_path):
@@ -155,7 +186,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "r.html"
     r = run_cli("report", str(tmp_path / "missing"), "-o", str(out))
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [f"tracekit: {tmp_path / 'missing'}: no such file or folder"]
+    assert r.stderr.strip().splitlines() == [
+        f"tracekit: {tmp_path / 'missing'}: no such file or folder"
+    ]
     empty = tmp_path / "empty"
     empty.mkdir()
     r = run_cli("report", str(empty), "-o", str(out))
@@ -164,7 +197,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     bad.mkdir()
     (bad / "rank0.json").write_text("{not json")
     r = run_cli("report", str(bad), "-o", str(out))
-    assert r.returncode == 2 and "rank0.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (
+        r.returncode == 2 and "rank0.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    )
     r = run_cli("report", str(TF), "-o", str(out), "--format", "docx")
     assert r.returncode == 2
     assert _only(tmp_path) == ["bad", "empty"]
@@ -173,7 +208,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
 def test_a_failing_writer_leaves_nothing(tmp_path, monkeypatch):
     broken = synthetic_analysis()
     broken.summary["ranks"] = [{"rank": 0, "span_s": "not a number"}]  # fails half-way through
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - any failure; the point is what is left
         write_report([], tmp_path / "r.html", "html", analyses=[synthetic_analysis(), broken])
     assert _only(tmp_path) == []
     monkeypatch.setenv("TRACEKIT_CHROMIUM", str(tmp_path / "no-such-browser"))
@@ -191,9 +226,17 @@ def test_every_section_of_a_synthetic_run(tmp_path):
     md = write_report([], tmp_path / "s.md", "md", analyses=[a], names=["gpipe"]).read_text()
     assert "| layers.3 | bwd | reduce_scatter |" in md and "16Psi (DP, fp32)" in md
     trace = json.loads(write_report([], tmp_path / "s.json", "perfetto", analyses=[a]).read_text())
-    bubbles = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"].startswith("bubble (")]
+    bubbles = [
+        e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"].startswith("bubble (")
+    ]
     assert {e["name"] for e in bubbles} == {"bubble (fill)", "bubble (steady)", "bubble (drain)"}
     assert len(bubbles) == F.frame(a, "bubbles").height
-    both = json.loads(write_report([], tmp_path / "b.json", "perfetto", analyses=[a, a], names=["x", "y"]).read_text())
-    procs = sorted(e["pid"] for e in both["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name")
+    both = json.loads(
+        write_report(
+            [], tmp_path / "b.json", "perfetto", analyses=[a, a], names=["x", "y"]
+        ).read_text()
+    )
+    procs = sorted(
+        e["pid"] for e in both["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"
+    )
     assert procs == [0, 1, 2, 3, 100000, 100001, 100002, 100003]

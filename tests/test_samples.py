@@ -1,11 +1,12 @@
 """Every committed sample run analyses cleanly, and what it shows matches the papers."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from conftest import SAMPLES, run_cli
+
 from tracekit.analyze import analyze
 from tracekit.runfolder import is_run_folder
 
@@ -33,13 +34,17 @@ def test_dp_sample_volume_and_memory_match_theory():
     psi, n = meta["config"]["params"], meta["world_size"]
     coll = result.summary["collectives"]
     # ring all-reduce of fp32 gradients: 2 Psi (n-1)/n elements per rank per step
-    assert coll["ideal_bytes_per_rank_per_step"] == pytest.approx(2 * 4 * psi * (n - 1) / n, rel=1e-6)
+    assert coll["ideal_bytes_per_rank_per_step"] == pytest.approx(
+        2 * 4 * psi * (n - 1) / n, rel=1e-6
+    )
     assert {op["op"] for op in coll["per_op"]} == {"all_reduce"}
     mem = result.summary["memory"]
     assert mem["theory"]["formula"] == "16Psi"
     for r in mem["per_rank"]:
         assert r["params_bytes"] == 4 * psi and r["grads_bytes"] == 4 * psi
-        assert r["model_states_bytes"] == pytest.approx(mem["theory"]["model_states_bytes"], rel=0.001)
+        assert r["model_states_bytes"] == pytest.approx(
+            mem["theory"]["model_states_bytes"], rel=0.001
+        )
 
 
 def test_dp_sample_through_the_cli(tmp_path):

@@ -4,6 +4,7 @@
 The job: a real GPU trace (trace_filter rank 0, torch profiler, NCCL) replicated into six ranks
 whose file names say nothing (``host_<letter>.json.gz``), distributedInfo renumbered 0..5.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -11,13 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import HTA, run_cli
 
 from tracekit.analyze import analyze
 from tracekit.ingest import kineto
 from tracekit.ingest.kineto import peek_distributed_info, peek_rank
 from tracekit.ingest.selection import select, spread
-
-from conftest import HTA, run_cli
 
 SOURCE = HTA / "trace_filter" / "sampled_rank-0.json.gz"
 WORLD = 6
@@ -31,8 +31,13 @@ def job(tmp_path_factory) -> Path:
     for r in range(WORLD):
         dist = {**doc["distributedInfo"], "rank": r, "world_size": WORLD}
         # Kineto's order: distributedInfo before the events (what the head peek relies on)
-        text = json.dumps({**{k: v for k, v in doc.items() if k != "distributedInfo"},
-                           "distributedInfo": dist, "traceEvents": events})
+        text = json.dumps(
+            {
+                **{k: v for k, v in doc.items() if k != "distributedInfo"},
+                "distributedInfo": dist,
+                "traceEvents": events,
+            }
+        )
         (folder / f"host_{'abcdef'[r]}.json.gz").write_bytes(gzip.compress(text.encode(), 1))
     return folder
 
@@ -53,14 +58,21 @@ def test_peek_reads_the_rank_from_the_head_of_real_traces(job):
     assert peek_rank(HTA / "trace_filter" / "sampled_rank-1.json.gz") == 1
     assert peek_rank(HTA / "nccl_parser_config" / "nccl_data.json.gz") == 0
     assert peek_rank(next((HTA / "cpu_only").glob("*.json.gz"))) == 34
-    assert peek_rank(next((HTA / "amd_trace").glob("*.json.gz"))) is None   # no distributedInfo
-    assert peek_distributed_info(HTA / "nccl_parser_config" / "nccl_data.json.gz")["pg_config"][0]["pg_size"] == 2
+    assert peek_rank(next((HTA / "amd_trace").glob("*.json.gz"))) is None  # no distributedInfo
+    assert (
+        peek_distributed_info(HTA / "nccl_parser_config" / "nccl_data.json.gz")["pg_config"][0][
+            "pg_size"
+        ]
+        == 2
+    )
     assert [peek_rank(f) for f in sorted(job.iterdir())] == list(range(WORLD))
 
 
 def test_peek_of_plain_json_and_of_damaged_files(tmp_path):
     plain = tmp_path / "t.json"
-    plain.write_text('{"distributedInfo": {"rank": 7, "note": "a } and a \\" inside"}, "traceEvents": []}')
+    plain.write_text(
+        '{"distributedInfo": {"rank": 7, "note": "a } and a \\" inside"}, "traceEvents": []}'
+    )
     assert peek_rank(plain) == 7
     cut = tmp_path / "cut.json"
     cut.write_text('{"distributedInfo": {"rank": 7, "world')
@@ -83,19 +95,24 @@ def test_ranks_select_by_distributed_info_without_parsing_the_others(job, monkey
 def test_sample_spreads_over_the_job_and_says_so(job, monkeypatch):
     parsed = _parse_spy(monkeypatch)
     result = analyze(job, sample=3, cache=False)
-    assert [r["rank"] for r in result.summary["ranks"]] == [0, 3, 5]      # first, middle, last
+    assert [r["rank"] for r in result.summary["ranks"]] == [0, 3, 5]  # first, middle, last
     assert len(parsed) == 3
     sampling = result.summary["sampling"]
     assert sampling["ranks"] == [0, 3, 5] and sampling["ranks_present"] == WORLD
     (note,) = [w for w in result.summary["warnings"] if w.startswith("sampled overview")]
     assert "3 of 6 ranks" in note and "0, 3, 5" in note
     # no "ranks ... have no trace" complaint about the ranks left out on purpose
-    assert not [w for w in result.summary["warnings"] if "have no trace" in w or "has no trace" in w]
+    assert not [
+        w for w in result.summary["warnings"] if "have no trace" in w or "has no trace" in w
+    ]
 
 
 def test_sample_and_ranks_together_and_cli(job, tmp_path):
     sel = select(sorted(job.iterdir()), ranks=[1, 2, 3, 4, 5], sample=2)
-    assert sel.sampled == [1, 5] and [f.name for f in sel.files] == ["host_b.json.gz", "host_f.json.gz"]
+    assert sel.sampled == [1, 5] and [f.name for f in sel.files] == [
+        "host_b.json.gz",
+        "host_f.json.gz",
+    ]
     out = tmp_path / "sampled"
     proc = run_cli("analyze", str(job), "--sample", "2", "--out", str(out), "--no-cache")
     assert proc.returncode == 0, proc.stderr
@@ -106,7 +123,7 @@ def test_sample_and_ranks_together_and_cli(job, tmp_path):
 
 
 def test_spread_of_a_thousand_ranks():
-    ranks = list(range(0, 2048, 2))          # 1024 ranks, not numbered 0..n-1
+    ranks = list(range(0, 2048, 2))  # 1024 ranks, not numbered 0..n-1
     chosen = spread(ranks, 16)
     assert len(chosen) == 16 and chosen[0] == 0 and chosen[-1] == 2046
     gaps = [b - a for a, b in zip(chosen, chosen[1:])]
@@ -120,9 +137,12 @@ def test_files_that_say_their_rank_only_inside_are_read_then_filtered(tmp_path, 
     file must be parsed to learn its rank; --ranks still gives exactly the ranks asked for."""
     doc = json.loads(gzip.decompress(SOURCE.read_bytes()))
     for r in range(2):
-        late = {"traceEvents": doc["traceEvents"], "distributedInfo": {**doc["distributedInfo"], "rank": r, "world_size": 2}}
+        late = {
+            "traceEvents": doc["traceEvents"],
+            "distributedInfo": {**doc["distributedInfo"], "rank": r, "world_size": 2},
+        }
         (tmp_path / f"job_{r}.json.gz").write_bytes(gzip.compress(json.dumps(late).encode(), 1))
-    assert peek_rank(tmp_path / "job_0.json.gz") is None          # 64 KB of events first
+    assert peek_rank(tmp_path / "job_0.json.gz") is None  # 64 KB of events first
     parsed = _parse_spy(monkeypatch)
     result = analyze(tmp_path, ranks=[1], cache=False)
     assert [r["rank"] for r in result.summary["ranks"]] == [1]

@@ -4,6 +4,7 @@ The scanner is a fast path, never the judge: on every input it must either give 
 the msgspec path gives (same TraceInfo, same events frame) or decline (None), and it must
 never accept a file the msgspec path refuses. Real traces must take the fast path.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -20,10 +21,16 @@ from tracekit.errors import TracekitError
 from tracekit.ingest import kineto
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL = sorted(p for p in [*HTA.rglob("*.json.gz"), *HTA.rglob("*.json"),
-                          *(ROOT / "sample_traces").rglob("rank*.json*"),
-                          *(ROOT / "tests" / "data").rglob("*.json*")]
-              if p.is_file() and b"traceEvents" in kineto._read_bytes(p)[:1 << 20])
+REAL = sorted(
+    p
+    for p in [
+        *HTA.rglob("*.json.gz"),
+        *HTA.rglob("*.json"),
+        *(ROOT / "sample_traces").rglob("rank*.json*"),
+        *(ROOT / "tests" / "data").rglob("*.json*"),
+    ]
+    if p.is_file() and b"traceEvents" in kineto._read_bytes(p)[: 1 << 20]
+)
 
 
 def both(data: bytes, path: Path, rank: int | None = None) -> tuple:
@@ -65,8 +72,17 @@ def test_real_traces_take_the_fast_path_and_match(path: Path) -> None:
 
 
 def event(**fields: object) -> dict:
-    return {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10.5,
-            "dur": 3.25, "args": {"External id": 7}, **fields}
+    return {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "aten::mm",
+        "pid": 1,
+        "tid": 2,
+        "ts": 10.5,
+        "dur": 3.25,
+        "args": {"External id": 7},
+        **fields,
+    }
 
 
 def trace_bytes(*events: dict, **top: object) -> bytes:
@@ -76,39 +92,71 @@ def trace_bytes(*events: dict, **top: object) -> bytes:
 # inputs the scanner must read exactly like the msgspec path
 SAME = {
     "escapes and unicode": trace_bytes(
-        event(name="a\"b\\c\n\u00e9\u4e2d\U0001f600"), event(name="\u00e9\u4e2d"),
-        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "t\u00e9 (x)"}}),
-    "escaped text spelled two ways": (b'{"traceEvents": [{"ph": "X", "name": "ab", "ts": 1, "dur": 1},'
-                                      b'{"ph": "\\u0058", "name": "\\u0061b", "ts": 2, "dur": 1}]}'),
-    "mixed pid types": trace_bytes(event(pid="Spans", tid="PyTorch Profiler"), event(pid=-3, tid=0),
-                                   event(pid=None, tid=12345678901234567890)),
-    "numbers": trace_bytes(event(ts=0, dur=0), event(ts=-0.0, dur=1e-3), event(ts=1.5e3, dur=2E+2),
-                           event(ts=1695835535123456, dur=7), event(ts=0.1234567890123456789, dur=1),
-                           event(ts=9007199254740992, dur=1), event(ts=123456.78901234, dur=0.001)),
+        event(name='a"b\\c\n\u00e9\u4e2d\U0001f600'),
+        event(name="\u00e9\u4e2d"),
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "t\u00e9 (x)"}},
+    ),
+    "escaped text spelled two ways": (
+        b'{"traceEvents": [{"ph": "X", "name": "ab", "ts": 1, "dur": 1},'
+        b'{"ph": "\\u0058", "name": "\\u0061b", "ts": 2, "dur": 1}]}'
+    ),
+    "mixed pid types": trace_bytes(
+        event(pid="Spans", tid="PyTorch Profiler"),
+        event(pid=-3, tid=0),
+        event(pid=None, tid=12345678901234567890),
+    ),
+    "numbers": trace_bytes(
+        event(ts=0, dur=0),
+        event(ts=-0.0, dur=1e-3),
+        event(ts=1.5e3, dur=2e2),
+        event(ts=1695835535123456, dur=7),
+        event(ts=0.1234567890123456789, dur=1),
+        event(ts=9007199254740992, dur=1),
+        event(ts=123456.78901234, dur=0.001),
+    ),
     "odd types become null": trace_bytes(
-        event(ts="12", dur=[1]), event(cat=5, name={"a": 1}), event(args={"stream": "0x0",
-                                                                          "correlation": 1.5,
-                                                                          "External id": [1]}),
-        event(args={"Collective name": 3}), event(ph=None), event(args=None), event(ph=7)),
+        event(ts="12", dur=[1]),
+        event(cat=5, name={"a": 1}),
+        event(args={"stream": "0x0", "correlation": 1.5, "External id": [1]}),
+        event(args={"Collective name": 3}),
+        event(ph=None),
+        event(args=None),
+        event(ph=7),
+    ),
     "rows not read, with numbers parsed late": (
         b'{"traceEvents": [{"ph": "f", "ts": 0.12345678901234567890123, "dur": 1e300},'
         b'{"ph": "X", "name": "a", "ts": 5, "dur": 1}, {"ph": "s", "ts": 1e-400},'
-        b'{"ph": "X", "name": "b", "ts": 0.98765432109876543210, "dur": 2}]}'),
+        b'{"ph": "X", "name": "b", "ts": 0.98765432109876543210, "dur": 2}]}'
+    ),
     "a late number in a column that grows after it": trace_bytes(
         event(ts=0.12345678901234567890123, dur=1.00000000000000000000001),
-        *[event(ts=float(k), dur=1.0) for k in range(9000)]),
+        *[event(ts=float(k), dur=1.0) for k in range(9000)],
+    ),
     "missing fields": trace_bytes({"ph": "X"}, {"name": "x", "ts": 1, "dur": 1}, {}),
     "no X events": trace_bytes({"ph": "M", "name": "process_name", "args": {"name": "p"}}),
     "empty": b'{"traceEvents": []}',
-    "top-level fields": trace_bytes(event(), distributedInfo={"rank": 3, "backend": "gloo",
-                                                              "pg_config": [{"pg_size": 2}]},
-                                    baseTimeNanoseconds=1700000000000000000, host_name="h1",
-                                    deviceProperties=[{"id": 0}], other={"x": [1, 2, {"y": None}]}),
-    "memory events": trace_bytes(event(), {"ph": "i", "name": "[memory]", "ts": 1, "args": {
-        "Total Allocated": 100, "Device Type": 1, "Device Id": 0}}),
+    "top-level fields": trace_bytes(
+        event(),
+        distributedInfo={"rank": 3, "backend": "gloo", "pg_config": [{"pg_size": 2}]},
+        baseTimeNanoseconds=1700000000000000000,
+        host_name="h1",
+        deviceProperties=[{"id": 0}],
+        other={"x": [1, 2, {"y": None}]},
+    ),
+    "memory events": trace_bytes(
+        event(),
+        {
+            "ph": "i",
+            "name": "[memory]",
+            "ts": 1,
+            "args": {"Total Allocated": 100, "Device Type": 1, "Device Id": 0},
+        },
+    ),
     "whitespace": b' \n{ "traceEvents" :\t[ { "ph" : "X" , "ts" : 1 , "dur" : 2 } ] }\r\n',
-    "collective call args": trace_bytes(event(args={"stream": 1, "Input Dims": "x"}),
-                                                 event(name="c10d::allreduce_", args={"Input Dims": [[4]]})),
+    "collective call args": trace_bytes(
+        event(args={"stream": 1, "Input Dims": "x"}),
+        event(name="c10d::allreduce_", args={"Input Dims": [[4]]}),
+    ),
 }
 
 # inputs the scanner leaves to the msgspec path (which may read them or refuse them)
@@ -148,7 +196,7 @@ def test_scanner_matches_msgspec(name: str) -> None:
 @pytest.mark.parametrize("name", DECLINED)
 def test_scanner_declines_what_it_is_not_sure_of(name: str) -> None:
     assert kineto._decoded_fast(DECLINED[name], Path("x.json")) is None
-    _, slow = both(DECLINED[name], Path("x.json"))   # read, or refused with a TracekitError
+    _, slow = both(DECLINED[name], Path("x.json"))  # read, or refused with a TracekitError
     assert isinstance(slow, (tuple, TracekitError))
 
 

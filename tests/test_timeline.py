@@ -1,4 +1,5 @@
 """The interval algebra on hand-built traces whose every number is known in advance."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -9,12 +10,36 @@ from tracekit.analyses import breakdown
 from tracekit.events import EVENT_SCHEMA
 
 
-def ev(rank, name, start, end, *, cat="cpu_op", kind="compute", tid="1", device="cpu",
-       thread_name=None, correlation=None, op=None):
+def ev(
+    rank,
+    name,
+    start,
+    end,
+    *,
+    cat="cpu_op",
+    kind="compute",
+    tid="1",
+    device="cpu",
+    thread_name=None,
+    correlation=None,
+    op=None,
+):
     row = {k: None for k in EVENT_SCHEMA}
-    row.update(rank=rank, name=name, start_ns=start, end_ns=end, cat=cat, kind=kind, tid=tid,
-               pid="100", device=device, thread_name=thread_name, correlation=correlation, op=op,
-               stream=int(tid) if device == "gpu" else None)
+    row.update(
+        rank=rank,
+        name=name,
+        start_ns=start,
+        end_ns=end,
+        cat=cat,
+        kind=kind,
+        tid=tid,
+        pid="100",
+        device=device,
+        thread_name=thread_name,
+        correlation=correlation,
+        op=op,
+        stream=int(tid) if device == "gpu" else None,
+    )
     return row
 
 
@@ -26,15 +51,26 @@ CPU_RANK = [
     ev(0, "ProfilerStep#1", 0, 100, cat="user_annotation", kind="annotation"),
     ev(0, "ProfilerStep#2", 100, 200, cat="user_annotation", kind="annotation"),
     ev(0, "aten::linear", 10, 40),
-    ev(0, "aten::addmm", 20, 30),                      # nested: counted once
+    ev(0, "aten::addmm", 20, 30),  # nested: counted once
     ev(0, "aten::mm", 50, 60),
     ev(0, "c10d::allreduce_", 60, 65, kind="communication", op="all_reduce"),
     ev(0, "aten::add_", 110, 150),
-    ev(0, "gloo:all_reduce", 30, 80, cat="user_annotation", kind="communication", tid="2",
-       thread_name="thread 2 (pt_gloo_runloop)", op="all_reduce"),
-    ev(0, "aten::copy_", 35, 45, tid="2", thread_name="thread 2 (pt_gloo_runloop)"),  # runloop op: not compute
+    ev(
+        0,
+        "gloo:all_reduce",
+        30,
+        80,
+        cat="user_annotation",
+        kind="communication",
+        tid="2",
+        thread_name="thread 2 (pt_gloo_runloop)",
+        op="all_reduce",
+    ),
+    ev(
+        0, "aten::copy_", 35, 45, tid="2", thread_name="thread 2 (pt_gloo_runloop)"
+    ),  # runloop op: not compute
     ev(0, "gloo:send", 160, 190, cat="user_annotation", kind="communication", op="send"),
-    ev(0, "aten::view", 170, 175),                     # runs while an isend is in flight: compute
+    ev(0, "aten::view", 170, 175),  # runs while an isend is in flight: compute
 ]
 
 GPU_RANK = [
@@ -47,10 +83,32 @@ GPU_RANK = [
     ev(1, "cudaLaunchKernel", 2050, 2055, cat="cuda_runtime", kind="runtime", correlation=4),
     ev(1, "cudaLaunchKernel", 1400, 1405, cat="cuda_runtime", kind="runtime", correlation=5),
     ev(1, "gemm", 100, 300, cat="kernel", device="gpu", tid="7", correlation=1),
-    ev(1, "ncclKernel_AllReduce_RING_LL", 200, 500, cat="kernel", kind="communication", device="gpu",
-       tid="8", correlation=2, op="all_reduce"),
-    ev(1, "Memcpy DtoD", 600, 700, cat="gpu_memcpy", kind="memory", device="gpu", tid="7", correlation=3),
-    ev(1, "gemm", 2100, 2300, cat="kernel", device="gpu", tid="7", correlation=4),   # launched in last step
+    ev(
+        1,
+        "ncclKernel_AllReduce_RING_LL",
+        200,
+        500,
+        cat="kernel",
+        kind="communication",
+        device="gpu",
+        tid="8",
+        correlation=2,
+        op="all_reduce",
+    ),
+    ev(
+        1,
+        "Memcpy DtoD",
+        600,
+        700,
+        cat="gpu_memcpy",
+        kind="memory",
+        device="gpu",
+        tid="7",
+        correlation=3,
+    ),
+    ev(
+        1, "gemm", 2100, 2300, cat="kernel", device="gpu", tid="7", correlation=4
+    ),  # launched in last step
     ev(1, "relu", 1500, 1600, cat="kernel", device="gpu", tid="7", correlation=5),
 ]
 
@@ -76,7 +134,9 @@ def test_cpu_rank_every_number_exact():
     assert totals["comm"] == 55
     assert totals["other"] == 0
     assert totals["idle"] == 60  # [0,10] [80,110] [150,160] [190,200]
-    table = breakdown.rank_breakdown(seg, windows, timeline.step_markers(events), {0: 0}).row(0, named=True)
+    table = breakdown.rank_breakdown(seg, windows, timeline.step_markers(events), {0: 0}).row(
+        0, named=True
+    )
     assert table["span_s"] == pytest.approx(200e-9)
     assert table["compute_s"] == pytest.approx(85e-9)
     assert table["comm_s"] == pytest.approx(80e-9)
@@ -90,7 +150,9 @@ def test_runloop_thread_found_by_name_and_by_content():
     events = frame(CPU_RANK)
     loops = timeline.runloop_threads(events)
     assert loops.select("rank", "tid").rows() == [(0, "2")]
-    unnamed = events.with_columns(pl.lit(None, pl.Utf8).alias("thread_name")).filter(pl.col("name") != "aten::copy_")
+    unnamed = events.with_columns(pl.lit(None, pl.Utf8).alias("thread_name")).filter(
+        pl.col("name") != "aten::copy_"
+    )
     assert timeline.runloop_threads(unnamed).select("rank", "tid").rows() == [(0, "2")]
 
 
@@ -124,7 +186,9 @@ def test_trace_without_step_markers_uses_whole_trace():
     merged = timeline.merge_states(seg)
     assert merged["start_ns"].min() == 10 and merged["end_ns"].max() == 190
     # merged segments tile the window without gaps
-    assert (merged["start_ns"].shift(-1).drop_nulls() == merged["end_ns"].head(merged.height - 1)).all()
+    assert (
+        merged["start_ns"].shift(-1).drop_nulls() == merged["end_ns"].head(merged.height - 1)
+    ).all()
 
 
 def test_blocking_wait_inside_an_autograd_op_is_not_compute():
@@ -134,13 +198,22 @@ def test_blocking_wait_inside_an_autograd_op_is_not_compute():
         ev(0, "ProfilerStep#1", 0, 100, cat="user_annotation", kind="annotation"),
         ev(0, "autograd::engine::evaluate_function: AddmmBackward0", 10, 100),
         ev(0, "FSDP::pre_backward (blocks.0)", 20, 60, cat="user_annotation", kind="annotation"),
-        ev(0, "aten::copy_", 25, 30),                      # copy-out inside the label: compute
-        ev(0, "gloo:all_gather", 20, 55, cat="user_annotation", kind="communication", tid="2",
-           thread_name="pt_gloo_runloop", op="all_gather"),
+        ev(0, "aten::copy_", 25, 30),  # copy-out inside the label: compute
+        ev(
+            0,
+            "gloo:all_gather",
+            20,
+            55,
+            cat="user_annotation",
+            kind="communication",
+            tid="2",
+            thread_name="pt_gloo_runloop",
+            op="all_gather",
+        ),
     ]
     events, windows, seg = run_pipeline(rows, set())
     totals = breakdown.state_totals(seg).row(0, named=True)
-    assert totals["compute"] + totals["overlap"] == 10 + 5 + 40   # [10,20] [25,30] [60,100]
-    assert totals["overlap"] == 5                                  # [25,30]
-    assert totals["comm"] == 30                                    # [20,25] [30,55] exposed
-    assert totals["idle"] == 10 + 5                                # [0,10] [55,60]
+    assert totals["compute"] + totals["overlap"] == 10 + 5 + 40  # [10,20] [25,30] [60,100]
+    assert totals["overlap"] == 5  # [25,30]
+    assert totals["comm"] == 30  # [20,25] [30,55] exposed
+    assert totals["idle"] == 10 + 5  # [0,10] [55,60]

@@ -1,5 +1,6 @@
 """Tensor parallelism (Megatron f/g) and TP inside a node x DP across nodes: real gloo jobs,
 checked against single-process training, all-reduces counted from the traced collectives."""
+
 from __future__ import annotations
 
 import gzip
@@ -69,21 +70,28 @@ def _losses(run: Path, rank: int) -> list[float]:
 
 def _phase_spans(a: Analysis, name: str) -> pl.DataFrame:
     return a.events.filter((pl.col("name") == name) & (pl.col("cat") == "user_annotation")).select(
-        "rank", "start_ns", "end_ns")
+        "rank", "start_ns", "end_ns"
+    )
 
 
 def _inside(rows: pl.DataFrame, spans: pl.DataFrame, col: str = "start_ns") -> pl.DataFrame:
     """Rows whose ``col`` falls inside one of the (same-rank) spans."""
     s = spans.rename({"start_ns": "s0", "end_ns": "s1"})
-    return rows.join(s, on="rank").filter((pl.col(col) >= pl.col("s0")) & (pl.col(col) < pl.col("s1"))).drop("s0", "s1")
+    return (
+        rows.join(s, on="rank")
+        .filter((pl.col(col) >= pl.col("s0")) & (pl.col(col) < pl.col("s1")))
+        .drop("s0", "s1")
+    )
 
 
 def _per_step(a: Analysis, rank: int) -> list[pl.DataFrame]:
     """The rank's collectives (from gloo spans and c10d calls, not our labels), one frame per step."""
     markers = timeline.step_markers(a.events).filter(pl.col("rank") == rank)
     coll = a.collectives.filter(pl.col("rank") == rank)
-    steps = [coll.filter((pl.col("start_ns") >= m["start_ns"]) & (pl.col("start_ns") < m["end_ns"]))
-             for m in markers.iter_rows(named=True)]
+    steps = [
+        coll.filter((pl.col("start_ns") >= m["start_ns"]) & (pl.col("start_ns") < m["end_ns"]))
+        for m in markers.iter_rows(named=True)
+    ]
     assert len(steps) == STEPS
     return steps
 
@@ -110,7 +118,7 @@ def test_tp_losses_match_single_process(tp_run: Path, reference: tuple) -> None:
     reference = reference[0]
     l0, l1 = _losses(tp_run, 0), _losses(tp_run, 1)
     assert len(l0) == len(reference) == WARMUP + STEPS
-    assert l0 == l1                                  # every TP rank computes the same full loss
+    assert l0 == l1  # every TP rank computes the same full loss
     for got, want in zip(l0, reference):
         assert abs(got - want) <= 1e-5 * abs(want), (l0, reference)
 
@@ -120,7 +128,9 @@ def test_tp_parameters_match_single_process(tp_run: Path, reference: tuple) -> N
     shapes = {n: v.shape for n, v in GPT(CFG).state_dict().items()}
     for name in p0:
         if sharding_of(name) == "replicated":
-            torch.testing.assert_close(p0[name], p1[name], rtol=0, atol=0, msg=name)   # replicas stay identical
+            torch.testing.assert_close(
+                p0[name], p1[name], rtol=0, atol=0, msg=name
+            )  # replicas stay identical
         else:
             assert p0[name].numel() * 2 == shapes[name].numel(), name
     full = full_state_dict([p0, p1])
@@ -139,7 +149,8 @@ def test_tp_two_all_reduces_per_layer_forward_and_backward(tp_analysis: Analysis
     act_bytes = BATCH * SEQ * HIDDEN * 4
     fwd, bwd = _phase_spans(tp_analysis, labels.FORWARD), _phase_spans(tp_analysis, labels.BACKWARD)
     comm_labels = tp_analysis.events.filter(pl.col("name").str.starts_with("comm:")).select(
-        "rank", "name", "start_ns", "end_ns")
+        "rank", "name", "start_ns", "end_ns"
+    )
     for rank in (0, 1):
         for step in _per_step(tp_analysis, rank):
             # embeddings, norms and head are replicated: nothing but the layers' all-reduces
@@ -149,12 +160,16 @@ def test_tp_two_all_reduces_per_layer_forward_and_backward(tp_analysis: Analysis
             f, b = _inside(step, fwd).sort("start_ns"), _inside(step, bwd).sort("start_ns")
             assert (f.height, b.height) == (2 * L, 2 * L)
             # forward: layer 0 attn (g), layer 0 mlp (g), layer 1 ...; backward: layer L-1 mlp (f) ...
-            expected = ([(i, part, "fwd") for i in range(L) for part in ("attn", "mlp")]
-                        + [(i, part, "bwd") for i in reversed(range(L)) for part in ("mlp", "attn")])
+            expected = [(i, part, "fwd") for i in range(L) for part in ("attn", "mlp")] + [
+                (i, part, "bwd") for i in reversed(range(L)) for part in ("mlp", "attn")
+            ]
             found = []
             for row in pl.concat([f, b]).iter_rows(named=True):
-                around = comm_labels.filter((pl.col("rank") == rank) & (pl.col("start_ns") <= row["call_start_ns"])
-                                            & (pl.col("end_ns") >= row["call_end_ns"]))
+                around = comm_labels.filter(
+                    (pl.col("rank") == rank)
+                    & (pl.col("start_ns") <= row["call_start_ns"])
+                    & (pl.col("end_ns") >= row["call_end_ns"])
+                )
                 assert around.height == 1, row
                 lab = labels.parse(around["name"][0])
                 found.append((lab.index, *lab.qualifiers))
@@ -167,8 +182,10 @@ def test_tp_run_json_and_memory(tp_run: Path, tp_analysis: Analysis) -> None:
     opts = runfolder.load_run_json(tp_run)["config"]["strategy_options"]
     assert (opts["tp_size"], opts["embeddings"]) == (2, "replicated")
     assert (opts["psi_replicated"], opts["psi_sharded"]) == (PSI_REPLICATED, PSI_SHARDED)
-    assert opts["process_groups"] == [{"name": "0", "desc": "default_pg", "dim": "tp", "ranks": [0, 1]}]
-    psi_local = PSI_REPLICATED + PSI_SHARDED // 2     # Psi_replicated + Psi_sharded / t
+    assert opts["process_groups"] == [
+        {"name": "0", "desc": "default_pg", "dim": "tp", "ranks": [0, 1]}
+    ]
+    psi_local = PSI_REPLICATED + PSI_SHARDED // 2  # Psi_replicated + Psi_sharded / t
     n_tensors = len(capture.load_params(tp_run, 0))
     for rank in (0, 1):
         mem = json.loads(runfolder.memory_path(tp_run, rank).read_text())
@@ -187,9 +204,9 @@ def test_tp_run_json_and_memory(tp_run: Path, tp_analysis: Analysis) -> None:
 def test_tp_dp_losses_match_single_process(tp_dp_run: Path, reference: tuple) -> None:
     reference = reference[0]
     losses = [_losses(tp_dp_run, r) for r in range(4)]
-    assert losses[0] == losses[1] and losses[2] == losses[3]        # a TP group shares its loss
+    assert losses[0] == losses[1] and losses[2] == losses[3]  # a TP group shares its loss
     for k, want in enumerate(reference):
-        got = (losses[0][k] + losses[2][k]) / 2                       # mean over the DP replicas
+        got = (losses[0][k] + losses[2][k]) / 2  # mean over the DP replicas
         assert abs(got - want) <= 1e-5 * abs(want), (losses, reference)
 
 
@@ -199,7 +216,12 @@ def test_tp_dp_process_groups(tp_dp_run: Path) -> None:
     opts = data["config"]["strategy_options"]
     assert (opts["tp_size"], opts["dp_size"]) == (2, 2)
     groups = opts["process_groups"]
-    assert [(g["dim"], g["ranks"]) for g in groups] == [("tp", [0, 1]), ("tp", [2, 3]), ("dp", [0, 2]), ("dp", [1, 3])]
+    assert [(g["dim"], g["ranks"]) for g in groups] == [
+        ("tp", [0, 1]),
+        ("tp", [2, 3]),
+        ("dp", [0, 2]),
+        ("dp", [1, 3]),
+    ]
     assert len({g["name"] for g in groups}) == 4
     # every TP group lies inside one node, every DP group spans the nodes
     node = {t["rank"]: t["node"] for t in data["topology"]}
@@ -208,14 +230,18 @@ def test_tp_dp_process_groups(tp_dp_run: Path) -> None:
     # the flight recorder names the same groups (process_group = [name, desc])
     for rank in range(4):
         fr = json.loads(capture.flight_recorder_path(tp_dp_run, rank).read_text())
-        seen = {tuple(e["process_group"]) for e in fr["entries"] if e["profiling_name"] == "gloo:all_reduce"}
+        seen = {
+            tuple(e["process_group"])
+            for e in fr["entries"]
+            if e["profiling_name"] == "gloo:all_reduce"
+        }
         assert seen == {(g["name"], g["desc"]) for g in groups if rank in g["ranks"]}
 
 
 def test_tp_dp_collectives_per_dimension(tp_dp_run: Path, tp_dp_analysis: Analysis) -> None:
     opts = runfolder.load_run_json(tp_dp_run)["config"]["strategy_options"]
     buckets = [b["bytes"] for b in opts["buckets"]]
-    act_bytes = BATCH // 2 * SEQ * HIDDEN * 4                          # the node's half of the batch
+    act_bytes = BATCH // 2 * SEQ * HIDDEN * 4  # the node's half of the batch
     psi_local = PSI_REPLICATED + PSI_SHARDED // 2
     assert sum(buckets) == 4 * psi_local
     bwd = _phase_spans(tp_dp_analysis, labels.BACKWARD)
@@ -232,15 +258,23 @@ def test_tp_dp_collectives_per_dimension(tp_dp_run: Path, tp_dp_analysis: Analys
             assert crossed.height == 0, (
                 f"rank {rank}: gloo spans carry the other process group's call (calls and spans "
                 "paired in issue order across groups?): "
-                f"{crossed.select('dim', 'group_desc', 'bytes', 'thread', 'start_ns', 'call_start_ns').to_dicts()}")
-            assert set(tp["bytes"]) == {act_bytes} and tp["group_ranks"].to_list() == [tp_ranks] * 4 * L
+                f"{crossed.select('dim', 'group_desc', 'bytes', 'thread', 'start_ns', 'call_start_ns').to_dicts()}"
+            )
+            assert (
+                set(tp["bytes"]) == {act_bytes}
+                and tp["group_ranks"].to_list() == [tp_ranks] * 4 * L
+            )
             assert _inside(tp, bwd).height == 2 * L
-            assert sorted(dp["bytes"]) == sorted(buckets) and dp["group_ranks"].to_list() == [dp_ranks] * len(buckets)
+            assert sorted(dp["bytes"]) == sorted(buckets) and dp["group_ranks"].to_list() == [
+                dp_ranks
+            ] * len(buckets)
             # bytes per parallel dimension per step
             assert tp["bytes"].sum() == 4 * L * act_bytes and dp["bytes"].sum() == 4 * psi_local
             threads["tp"] |= {f"{rank}/{t}" for t in tp["thread"]}
             threads["dp"] |= {f"{rank}/{t}" for t in dp["thread"]}
-    assert threads["tp"] and threads["dp"] and not threads["tp"] & threads["dp"]   # each group its own runloops
+    assert (
+        threads["tp"] and threads["dp"] and not threads["tp"] & threads["dp"]
+    )  # each group its own runloops
 
 
 def test_tp_dp_flight_recorder_matches_c10d_calls(tp_dp_run: Path) -> None:
@@ -250,8 +284,15 @@ def test_tp_dp_flight_recorder_matches_c10d_calls(tp_dp_run: Path) -> None:
         with gzip.open(runfolder.trace_path(tp_dp_run, rank), "rt") as f:
             trace = json.load(f)
         base = trace["baseTimeNanoseconds"]
-        calls = [(base + round(e["ts"] * 1000), base + round((e["ts"] + e["dur"]) * 1000), e["args"]["Input Dims"][0])
-                 for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == "c10d::allreduce_"]
+        calls = [
+            (
+                base + round(e["ts"] * 1000),
+                base + round((e["ts"] + e["dur"]) * 1000),
+                e["args"]["Input Dims"][0],
+            )
+            for e in trace["traceEvents"]
+            if e.get("ph") == "X" and e["name"] == "c10d::allreduce_"
+        ]
         assert len(calls) == STEPS * (4 * L + n_buckets)
         t0, t1 = min(c[0] for c in calls), max(c[1] for c in calls)
         fr = json.loads(capture.flight_recorder_path(tp_dp_run, rank).read_text())
@@ -262,20 +303,25 @@ def test_tp_dp_flight_recorder_matches_c10d_calls(tp_dp_run: Path) -> None:
             (call,) = [c for c in calls if c[0] <= e["time_created_ns"] <= c[1]]
             assert call[2] == [e["input_sizes"][0]]
             by_desc.setdefault(e["process_group"][1][:2], []).append(e["collective_seq_id"])
-        for seqs in by_desc.values():                                   # consecutive per group
+        for seqs in by_desc.values():  # consecutive per group
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
-        assert {k: len(v) for k, v in by_desc.items()} == {"tp": STEPS * 4 * L, "dp": STEPS * n_buckets}
+        assert {k: len(v) for k, v in by_desc.items()} == {
+            "tp": STEPS * 4 * L,
+            "dp": STEPS * n_buckets,
+        }
 
 
 def test_tp_bf16_mixed(tmp_path: Path) -> None:
     """bf16 parameters and activations (half the bytes per all-reduce), fp32 master weights."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRACEKIT_SAVE_PARAMS", "1")
-        run = run_job(RunOptions("tp", nproc=2, steps=1, warmup=WARMUP, precision="bf16-mixed", out=tmp_path))
+        run = run_job(
+            RunOptions("tp", nproc=2, steps=1, warmup=WARMUP, precision="bf16-mixed", out=tmp_path)
+        )
     assert runfolder.load_run_json(run)["status"] == "ok"
     ref, _ = train_single(WARMUP + 1, precision="bf16-mixed")
     for got, want in zip(_losses(run, 0), ref):
-        assert abs(got - want) <= 1e-2 * abs(want)                  # DESIGN: bf16-mixed within 1e-2
+        assert abs(got - want) <= 1e-2 * abs(want)  # DESIGN: bf16-mixed within 1e-2
     assert all(p.dtype == torch.bfloat16 for p in capture.load_params(run, 0).values())
     psi_local = PSI_REPLICATED + PSI_SHARDED // 2
     mem = json.loads(runfolder.memory_path(run, 0).read_text())

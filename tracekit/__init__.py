@@ -3,6 +3,7 @@
 Data flows one way: capture -> run folder -> ingest -> events -> timeline -> analyses ->
 figures -> app/report. ``tracekit.analyze(path)`` runs the middle of that chain in one call.
 """
+
 from __future__ import annotations
 
 __version__ = "0.1.0"
@@ -15,12 +16,20 @@ import os
 # It takes effect only if polars is not loaded yet; a setting of the user's own wins.
 os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:300,muzzy_decay_ms:0")
 
-from tracekit.errors import TracekitError
 # eager on purpose: importing the submodule tracekit.analyze would otherwise replace a lazy
 # function of the same name on the package after its first call
 from tracekit.analyze import Analysis, analyze
+from tracekit.errors import TracekitError
 
-__all__ = ["Analysis", "StepProfiler", "TracekitError", "__version__", "analyze", "profile", "profiled"]
+__all__ = [
+    "Analysis",
+    "StepProfiler",
+    "TracekitError",
+    "__version__",
+    "analyze",
+    "profile",
+    "profiled",
+]
 
 # the capture API imports torch: loaded on first use so that `tracekit analyze` starts fast
 _PROFILER_NAMES = ("profile", "profiled", "StepProfiler", "Profiler", "ProfileWarning")

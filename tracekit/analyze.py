@@ -4,6 +4,7 @@
 into a temporary folder beside ``out`` and renames it into place, so a reader never sees a
 half-written analysis.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,11 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -34,11 +36,11 @@ class Inputs:
     run: dict[str, Any] | None
     infos: list[TraceInfo]
     events: pl.DataFrame
-    windows: pl.DataFrame        # rank, kind, steps, start_ns, end_ns, cutoff_ns
-    segments: pl.DataFrame       # elementary timeline segments with state (timeline.segments)
-    markers: pl.DataFrame        # ProfilerStep markers: rank, step, start_ns, end_ns
-    collectives: pl.DataFrame    # one row per collective call per rank
-    nodes: dict[int, int]        # rank -> node
+    windows: pl.DataFrame  # rank, kind, steps, start_ns, end_ns, cutoff_ns
+    segments: pl.DataFrame  # elementary timeline segments with state (timeline.segments)
+    markers: pl.DataFrame  # ProfilerStep markers: rank, step, start_ns, end_ns
+    collectives: pl.DataFrame  # one row per collective call per rank
+    nodes: dict[int, int]  # rank -> node
 
 
 # A section: Inputs -> (summary value or None, extra frames, warnings). Each analysis module
@@ -51,9 +53,15 @@ def _sections() -> dict[str, Section]:
     from tracekit.analyses import memory, overlap, traffic_section, volume
     from tracekit.analyses import pipeline as pipeline_section
 
-    return {"pipeline": pipeline_section.analyse, "traffic": traffic_section.traffic, "nccl": traffic_section.nccl,
-            "matching": traffic_section.matching_section,
-            "memory": memory.memory, "overlap": overlap.overlap, "volume": volume.volume}
+    return {
+        "pipeline": pipeline_section.analyse,
+        "traffic": traffic_section.traffic,
+        "nccl": traffic_section.nccl,
+        "matching": traffic_section.matching_section,
+        "memory": memory.memory,
+        "overlap": overlap.overlap,
+        "volume": volume.volume,
+    }
 
 
 @dataclass
@@ -63,20 +71,31 @@ class Analysis:
     path: Path
     summary: dict[str, Any]
     events: pl.DataFrame
-    ranks: pl.DataFrame          # one row per rank: the breakdown
-    timeline: pl.DataFrame       # merged state segments: rank, start_ns, end_ns, state
-    collectives: pl.DataFrame    # one row per collective call per rank
+    ranks: pl.DataFrame  # one row per rank: the breakdown
+    timeline: pl.DataFrame  # merged state segments: rank, start_ns, end_ns, state
+    collectives: pl.DataFrame  # one row per collective call per rank
     infos: list[TraceInfo] = field(default_factory=list)
     run: dict[str, Any] | None = None
-    frames: dict[str, pl.DataFrame] = field(default_factory=dict)   # from the sections: pipeline_ops, ...
+    frames: dict[str, pl.DataFrame] = field(
+        default_factory=dict
+    )  # from the sections: pipeline_ops, ...
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {"ranks": self.ranks, "timeline": self.timeline, "collectives": self.collectives,
-                "events": self.events, **self.frames}
+        return {
+            "ranks": self.ranks,
+            "timeline": self.timeline,
+            "collectives": self.collectives,
+            "events": self.events,
+            **self.frames,
+        }
 
 
-def _select_ranks(files: list[Path], ranks: Sequence[int] | None, sample: int | None = None,
-                  cache_dir: Path | None = None):
+def _select_ranks(
+    files: list[Path],
+    ranks: Sequence[int] | None,
+    sample: int | None = None,
+    cache_dir: Path | None = None,
+):
     """The files of the ranks asked for (rank from each file's head, cache or name; files that
     tell it only inside are read and filtered after): tracekit.ingest.selection."""
     from tracekit.ingest.selection import select
@@ -113,28 +132,52 @@ def analyze(
     """
     # cache entries are written while the analysis runs, and are all on disk when it returns
     with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer:
-        return _analyze(Path(path), ranks_per_node, ranks, workers, align_clocks, sample, cache,
-                        cache_dir, cache_writer)
+        return _analyze(
+            Path(path),
+            ranks_per_node,
+            ranks,
+            workers,
+            align_clocks,
+            sample,
+            cache,
+            cache_dir,
+            cache_writer,
+        )
 
 
-def _analyze(path: Path, ranks_per_node: int | None, ranks: Sequence[int] | None,
-             workers: int | None, align_clocks: bool | None, sample: int | None,
-             cache: bool | None, cache_dir: Path | None, cache_writer: Executor) -> Analysis:
+def _analyze(
+    path: Path,
+    ranks_per_node: int | None,
+    ranks: Sequence[int] | None,
+    workers: int | None,
+    align_clocks: bool | None,
+    sample: int | None,
+    cache: bool | None,
+    cache_dir: Path | None,
+    cache_writer: Executor,
+) -> Analysis:
     run = runfolder.load_run_json(path) if runfolder.is_folder(path) else None
     found = runfolder.find_trace_files(path)
     if not found and run is not None:
-        raise TracekitError(f"no traces in {runfolder.traces_dir(path).name}/: no rank wrote one "
-                            f"({runfolder.run_status_line(run)})", path)
+        raise TracekitError(
+            f"no traces in {runfolder.traces_dir(path).name}/: no rank wrote one "
+            f"({runfolder.run_status_line(run)})",
+            path,
+        )
     if not found:
         raise TracekitError("no Kineto trace files (*.json, *.json.gz) found", path)
     selection = _select_ranks(found, ranks, sample, cache_dir)
     files = selection.files
-    infos, events = (read_traces(files, workers=workers, cache=cache, cache_dir=cache_dir,
-                                 cache_writer=cache_writer)
-                     if files else ([], events_empty()))
+    infos, events = (
+        read_traces(
+            files, workers=workers, cache=cache, cache_dir=cache_dir, cache_writer=cache_writer
+        )
+        if files
+        else ([], events_empty())
+    )
     if ranks or selection.sampled is not None:
         keep = set(selection.sampled if selection.sampled is not None else ranks)
-        if any(i.rank not in keep for i in infos):   # files that told their rank only inside
+        if any(i.rank not in keep for i in infos):  # files that told their rank only inside
             infos = [i for i in infos if i.rank in keep]
             events = events.filter(pl.col("rank").is_in(sorted(keep)))
         if not infos:
@@ -154,7 +197,10 @@ def _analyze(path: Path, ranks_per_node: int | None, ranks: Sequence[int] | None
 
     rank_ids = [i.rank for i in infos]
     nodes, topo_source, topo_warn = node_of_ranks(
-        rank_ids, run, ranks_per_node, {i.rank: i.host_name for i in infos},
+        rank_ids,
+        run,
+        ranks_per_node,
+        {i.rank: i.host_name for i in infos},
         layout=nccl_layout(path) if path.is_dir() else None,
     )
     warnings.extend(topo_warn)
@@ -167,23 +213,32 @@ def _analyze(path: Path, ranks_per_node: int | None, ranks: Sequence[int] | None
     group_sources = groups.load_sources(path, run, infos)
     warnings.extend(group_sources.warnings)
     raw_coll = collectives.raw_collectives(events, group_sizes, group_sources)
-    events, group_sources, clock_summary, clock_warn = clock.align(events, infos, group_sources,
-                                                                   raw_coll[0], align_clocks)
-    if clock_summary and clock_summary.get("applied"):   # times moved: match again
+    events, group_sources, clock_summary, clock_warn = clock.align(
+        events, infos, group_sources, raw_coll[0], align_clocks
+    )
+    if clock_summary and clock_summary.get("applied"):  # times moved: match again
         raw_coll = collectives.raw_collectives(events, group_sizes, group_sources)
     warnings.extend(clock_warn)
 
     windows = timeline.analysis_windows(events, gpu_ranks)
     iv = timeline.intervals(events, windows, gpu_ranks)
     windows = timeline.refine_gpu_windows(windows, iv, gpu_ranks)
-    empty = windows.filter(pl.col("start_ns").is_null() | pl.col("end_ns").is_null())["rank"].to_list()
+    empty = windows.filter(pl.col("start_ns").is_null() | pl.col("end_ns").is_null())[
+        "rank"
+    ].to_list()
     if len(empty) == windows.height:
-        raise TracekitError("the traces hold no compute or communication events: nothing to analyse", path)
-    if empty:   # a rank with only metadata/annotations: say so and leave it out
-        warnings.append(f"ranks {empty}: no compute or communication events in the window; left out")
+        raise TracekitError(
+            "the traces hold no compute or communication events: nothing to analyse", path
+        )
+    if empty:  # a rank with only metadata/annotations: say so and leave it out
+        warnings.append(
+            f"ranks {empty}: no compute or communication events in the window; left out"
+        )
         keep = ~pl.col("rank").is_in(empty)
         windows, iv, events = windows.filter(keep), iv.filter(keep), events.filter(keep)
-        raw_coll = collectives.raw_collectives(events, group_sizes, group_sources)   # matched without the ranks left out
+        raw_coll = collectives.raw_collectives(
+            events, group_sizes, group_sources
+        )  # matched without the ranks left out
         infos = [i for i in infos if i.rank not in empty]
         rank_ids = [i.rank for i in infos]
         nodes = {r: n for r, n in nodes.items() if r not in empty}
@@ -217,14 +272,20 @@ def _analyze(path: Path, ranks_per_node: int | None, ranks: Sequence[int] | None
         "topology": {"source": topo_source, "nodes": {str(r): n for r, n in nodes.items()}},
         "clock": clock_summary,
         "sampling": selection.summary(),
-        "run": None if run is None else {k: run.get(k) for k in ("strategy", "world_size", "backend", "device", "precision", "status")},
+        "run": None
+        if run is None
+        else {
+            k: run.get(k)
+            for k in ("strategy", "world_size", "backend", "device", "precision", "status")
+        },
         "ranks": [{k: _finite(v) for k, v in row.items()} for row in rank_table.to_dicts()],
         "collectives": collectives.collectives_summary(coll),
         **sections,
     }
     steps = summary["window"]["steps"]
     summary["collectives"]["ideal_bytes_per_rank_per_step"] = (
-        summary["collectives"]["ideal_bytes_per_rank"] / steps if steps else None)
+        summary["collectives"]["ideal_bytes_per_rank"] / steps if steps else None
+    )
     return Analysis(
         path=path,
         summary=summary,
@@ -241,7 +302,11 @@ def _analyze(path: Path, ranks_per_node: int | None, ranks: Sequence[int] | None
 def default_out_dir(path: Path) -> Path:
     """PATH/analysis for folders, FILE.analysis/ for a single trace file."""
     path = Path(path)
-    return runfolder.analysis_dir(path) if runfolder.is_folder(path) else path.with_name(path.name + ".analysis")
+    return (
+        runfolder.analysis_dir(path)
+        if runfolder.is_folder(path)
+        else path.with_name(path.name + ".analysis")
+    )
 
 
 def _writable_dir(folder: Path) -> bool:
@@ -263,12 +328,17 @@ def write_analysis(result: Analysis, out: Path) -> Path:
     if out.exists() and not out.is_dir():
         raise TracekitError("exists and is not a folder; choose another place with --out", out)
     if not _writable_dir(out.parent):
-        raise TracekitError("cannot write the analysis here (read-only folder); choose another place with --out", out)
+        raise TracekitError(
+            "cannot write the analysis here (read-only folder); choose another place with --out",
+            out,
+        )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     except OSError as exc:
-        raise TracekitError(f"cannot write the analysis here ({exc.strerror}); choose another place with --out", out) from None
+        raise TracekitError(
+            f"cannot write the analysis here ({exc.strerror}); choose another place with --out", out
+        ) from None
     try:
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str) + "\n")
         for name, frame in result.tables().items():
@@ -277,7 +347,7 @@ def write_analysis(result: Analysis, out: Path) -> Path:
             frame.write_parquet(tmp / f"{name}.parquet", compression_level=1, statistics=False)
         if out.exists():
             if (out / "cache").is_dir() and not (tmp / "cache").exists():
-                os.replace(out / "cache", tmp / "cache")   # the columnar cache outlives analyses
+                os.replace(out / "cache", tmp / "cache")  # the columnar cache outlives analyses
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
             os.replace(tmp, out)
@@ -286,7 +356,9 @@ def write_analysis(result: Analysis, out: Path) -> Path:
             os.replace(tmp, out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise TracekitError(f"cannot write the analysis ({exc.strerror}); choose another place with --out", out) from None
+        raise TracekitError(
+            f"cannot write the analysis ({exc.strerror}); choose another place with --out", out
+        ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -18,6 +18,7 @@ Key: the trace's size and mtime (ns), the tracekit version, and a fingerprint of
 never read back. Any entry that does not match, cannot be read or lacks a column is ignored and
 rewritten; a cache that cannot be written is skipped silently (it only saves time).
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,10 +32,16 @@ from typing import Any
 import polars as pl
 
 SUFFIX = ".events.parquet"
-FORMAT = 1          # bump when the layout of a cache entry changes
+FORMAT = 1  # bump when the layout of a cache entry changes
 _META = "tracekit.cache"
-_CODE = ("events.py", "runfolder.py", "cache.py", "ingest/kineto.py", "ingest/collectives.py",
-         "ingest/_kscan.c")
+_CODE = (
+    "events.py",
+    "runfolder.py",
+    "cache.py",
+    "ingest/kineto.py",
+    "ingest/collectives.py",
+    "ingest/_kscan.c",
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,7 +119,9 @@ def read_meta(entry: Path) -> dict[str, Any] | None:
         return None
 
 
-def lookup(trace: Path, cache_dir: Path | None, want: dict[str, Any] | None = None) -> tuple[Path, dict] | None:
+def lookup(
+    trace: Path, cache_dir: Path | None, want: dict[str, Any] | None = None
+) -> tuple[Path, dict] | None:
     """(entry, its metadata) of a cache entry matching the trace as it is now, or None."""
     want = want or key(trace)
     if want is None:
@@ -125,8 +134,12 @@ def lookup(trace: Path, cache_dir: Path | None, want: dict[str, Any] | None = No
     return None
 
 
-def load(trace: Path, cache_dir: Path | None, columns: list[str] | None = None,
-         want: dict[str, Any] | None = None) -> tuple[Any, pl.DataFrame] | None:
+def load(
+    trace: Path,
+    cache_dir: Path | None,
+    columns: list[str] | None = None,
+    want: dict[str, Any] | None = None,
+) -> tuple[Any, pl.DataFrame] | None:
     """(TraceInfo, events) from a matching cache entry, or None (miss, stale or unreadable)."""
     from tracekit.events import EVENT_SCHEMA
     from tracekit.ingest.kineto import decode_info
@@ -158,8 +171,9 @@ def target(trace: Path, cache_dir: Path | None) -> Path | None:
     return None
 
 
-def store(trace: Path, info: Any, frame: pl.DataFrame, cache_dir: Path | None,
-          want: dict[str, Any] | None) -> Path | None:
+def store(
+    trace: Path, info: Any, frame: pl.DataFrame, cache_dir: Path | None, want: dict[str, Any] | None
+) -> Path | None:
     """Write the entry atomically (temporary name, then rename); None when it cannot be written.
 
     ``want`` is the key taken *before* the trace was read, so a trace rewritten meanwhile never
@@ -178,8 +192,9 @@ def store(trace: Path, info: Any, frame: pl.DataFrame, cache_dir: Path | None,
         os.close(fd)
         # zstd level 1: about as fast to write as lz4 and half the size; statistics are
         # useless here (the whole file is always read)
-        frame.write_parquet(tmp, compression="zstd", compression_level=1, statistics=False,
-                            metadata={_META: meta})
+        frame.write_parquet(
+            tmp, compression="zstd", compression_level=1, statistics=False, metadata={_META: meta}
+        )
         os.chmod(tmp, 0o644)
         os.replace(tmp, dest)
         return dest

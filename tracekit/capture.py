@@ -17,6 +17,7 @@ unioned per storage, so a gradient that is a view into a bucket buffer (DDP's
 ``gradient_as_bucket_view``) or a parameter that views a flat shard is counted once, and a buffer
 nobody views is not counted. This module never imports ``instrumented_runs``.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,10 @@ import signal
 import sys
 import time
 import warnings
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -63,7 +65,10 @@ def write_events_parquet(trace: Path | str) -> Path | None:
         info, frame = read_trace(trace)
         return cache.store(trace, info, frame, None, want)
     except Exception as exc:  # noqa: BLE001 - a speed-up must never fail the run
-        print(f"tracekit: {trace}: events parquet skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"tracekit: {trace}: events parquet skipped: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
         return None
 
 
@@ -84,8 +89,13 @@ def _export_trace(run: Path, rank: int, events_parquet: bool = False):  # noqa: 
 
 
 @contextmanager
-def profile(run: Path | str, rank: int | None = None, steps: int = 3, device: str = "cpu",
-            events_parquet: bool | None = None) -> Iterator[torch.profiler.profile]:
+def profile(
+    run: Path | str,
+    rank: int | None = None,
+    steps: int = 3,
+    device: str = "cpu",
+    events_parquet: bool | None = None,
+) -> Iterator[torch.profiler.profile]:
     """Profile the next ``steps`` steps (call ``prof.step()`` after each) into ``traces/rank<R>.json.gz``.
 
     ``rank`` defaults to the process group rank (0 without one). ``device="cuda"`` adds CUDA
@@ -239,7 +249,7 @@ class ActivationMeter:
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
         self._exclude = {_local(t).untyped_storage().data_ptr() for t in exclude}
-        self._live: dict[int, list[int]] = {}   # storage ptr -> [saved references, bytes]
+        self._live: dict[int, list[int]] = {}  # storage ptr -> [saved references, bytes]
         self.current_bytes = 0
         self.peak_bytes = 0
         self._hooks: Any = None
@@ -264,7 +274,9 @@ class ActivationMeter:
             self.peak_bytes = max(self.peak_bytes, self.current_bytes)
         else:
             entry[0] += 1
-        return _Saved(self, key, t.detach())   # detached: holding an output with its grad_fn would be a cycle
+        return _Saved(
+            self, key, t.detach()
+        )  # detached: holding an output with its grad_fn would be a cycle
 
     def _release(self, key: int) -> None:
         entry = self._live.get(key)
@@ -279,7 +291,7 @@ class ActivationMeter:
     def _unpack(saved: Any) -> torch.Tensor:
         return saved.tensor if isinstance(saved, _Saved) else saved
 
-    def __enter__(self) -> "ActivationMeter":
+    def __enter__(self) -> ActivationMeter:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         return self
@@ -348,7 +360,11 @@ def versions() -> dict[str, str]:
     """run.json ``versions``: python, torch, tracekit."""
     import tracekit
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "tracekit": tracekit.__version__}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "tracekit": tracekit.__version__,
+    }
 
 
 def cpu_model() -> str | None:
@@ -366,7 +382,9 @@ def environment(threads_per_rank: int | None = None, gpu: str | None = None) -> 
     return {
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "threads_per_rank": torch.get_num_threads() if threads_per_rank is None else threads_per_rank,
+        "threads_per_rank": torch.get_num_threads()
+        if threads_per_rank is None
+        else threads_per_rank,
         "platform": platform.platform(),
         "gpu": gpu,
         "variables": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
@@ -395,5 +413,8 @@ def dump_flight_recorder(run: Path | str, rank: int) -> Path | None:
         os.replace(tmp, path)
         return path
     except Exception as exc:  # noqa: BLE001 - a diagnostic must never fail the run
-        print(f"tracekit: flight recorder dump skipped on rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"tracekit: flight recorder dump skipped on rank {rank}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
         return None

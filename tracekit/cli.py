@@ -3,6 +3,7 @@
 Bad input never shows a traceback: TracekitError becomes one line on stderr and exit status 2.
 Progress and logs go to stderr; results (tables, the run folder's path) to stdout.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,18 @@ def rank_table(summary: dict) -> Table:
     """The per-rank breakdown as a rich table (seconds, and percent of span)."""
     win = summary["window"]
     t = Table(title=f"per-rank breakdown ({win['kind']}, {win['steps']} steps)")
-    for col in ("rank", "node", "span s", "step s", "compute", "comm", "overlap", "exposed", "other", "idle"):
+    for col in (
+        "rank",
+        "node",
+        "span s",
+        "step s",
+        "compute",
+        "comm",
+        "overlap",
+        "exposed",
+        "other",
+        "idle",
+    ):
         t.add_column(col, justify="right")
     for r in summary["ranks"]:
         span = r["span_s"] or 0.0
@@ -57,9 +69,16 @@ def rank_table(summary: dict) -> Table:
 
         step = r.get("step_time_s")
         t.add_row(
-            str(r["rank"]), str(r["node"]), f"{span:.4f}", "-" if step is None else f"{step:.4f}",
-            cell("compute_s"), cell("comm_s"), cell("overlap_s"), cell("exposed_comm_s"),
-            cell("other_s"), cell("idle_s"),
+            str(r["rank"]),
+            str(r["node"]),
+            f"{span:.4f}",
+            "-" if step is None else f"{step:.4f}",
+            cell("compute_s"),
+            cell("comm_s"),
+            cell("overlap_s"),
+            cell("exposed_comm_s"),
+            cell("other_s"),
+            cell("idle_s"),
         )
     return t
 
@@ -101,18 +120,29 @@ def cli() -> None:
 @cli.command("run")
 @click.argument("strategy")
 @click.option("--nproc", type=click.IntRange(1), default=None, help="ranks (default 2)")
-@click.option("--nodes", type=click.IntRange(1), default=None, help="logical nodes; ranks placed contiguously")
+@click.option(
+    "--nodes", type=click.IntRange(1), default=None, help="logical nodes; ranks placed contiguously"
+)
 @click.option("--steps", type=click.IntRange(1), default=None, help="profiled steps (default 3)")
-@click.option("--warmup", type=click.IntRange(0), default=None, help="unprofiled warm-up steps (default 1)")
+@click.option(
+    "--warmup", type=click.IntRange(0), default=None, help="unprofiled warm-up steps (default 1)"
+)
 @click.option("--microbatches", type=click.IntRange(1), default=None)
 @click.option("--precision", type=click.Choice(["fp32", "bf16-mixed"]), default=None)
 @click.option("--prefetch", type=click.IntRange(0, 2), default=None)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None)
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None)
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="seconds")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="seconds"
+)
 @click.option("--emulate-network", is_flag=True, default=False)
 @click.option("--inter-node-bandwidth", default=None, help="tc rate, e.g. 400mbit (default 1gbit)")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="parent of the run folder (default ./runs)")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="parent of the run folder (default ./runs)",
+)
 def run_cmd(strategy: str, **opts) -> None:
     """Run STRATEGY under the profiler; the last line of stdout is the run folder."""
     from tracekit.launch import RunOptions, run_job
@@ -133,15 +163,38 @@ def run_cmd(strategy: str, **opts) -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--ranks-per-node", type=click.IntRange(1), default=None)
 @click.option("--ranks", default=None, help="subset of ranks, e.g. 0,1,4-7")
-@click.option("--sample", type=click.IntRange(1), default=None,
-              help="a sampled overview: analyse N ranks spread over the job (first, last, evenly between)")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="output folder (default PATH/analysis)")
-@click.option("--cache/--no-cache", default=True, show_default=True,
-              help="keep each trace's parsed events as parquet (beside it, else in OUT/cache) and reuse them")
-@click.option("--align-clocks/--no-align-clocks", default=None,
-              help="put ranks on one clock from collective ends (default: when traces come from several hosts)")
-def analyze_cmd(path: Path, ranks_per_node: int | None, ranks: str | None, sample: int | None,
-                out: Path | None, cache: bool, align_clocks: bool | None) -> None:
+@click.option(
+    "--sample",
+    type=click.IntRange(1),
+    default=None,
+    help="a sampled overview: analyse N ranks spread over the job (first, last, evenly between)",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="output folder (default PATH/analysis)",
+)
+@click.option(
+    "--cache/--no-cache",
+    default=True,
+    show_default=True,
+    help="keep each trace's parsed events as parquet (beside it, else in OUT/cache) and reuse them",
+)
+@click.option(
+    "--align-clocks/--no-align-clocks",
+    default=None,
+    help="put ranks on one clock from collective ends (default: when traces come from several hosts)",
+)
+def analyze_cmd(
+    path: Path,
+    ranks_per_node: int | None,
+    ranks: str | None,
+    sample: int | None,
+    out: Path | None,
+    cache: bool,
+    align_clocks: bool | None,
+) -> None:
     """Analyse a run folder, a folder of Kineto traces, or one trace."""
     from tracekit.analyze import analyze, default_out_dir, write_analysis
 
@@ -150,15 +203,24 @@ def analyze_cmd(path: Path, ranks_per_node: int | None, ranks: str | None, sampl
     existed = target.exists()
     with _err.status(f"analysing {path}"):
         try:
-            result = analyze(path, ranks_per_node=ranks_per_node, ranks=_ranks_option(ranks), sample=sample,
-                             cache=cache or False, cache_dir=target / "cache", align_clocks=align_clocks)
+            result = analyze(
+                path,
+                ranks_per_node=ranks_per_node,
+                ranks=_ranks_option(ranks),
+                sample=sample,
+                cache=cache or False,
+                cache_dir=target / "cache",
+                align_clocks=align_clocks,
+            )
         except BaseException:
             if not existed and target.is_dir() and {p.name for p in target.iterdir()} <= {"cache"}:
-                shutil.rmtree(target, ignore_errors=True)   # nothing half-written: not even a cache
+                shutil.rmtree(target, ignore_errors=True)  # nothing half-written: not even a cache
             raise
         target = write_analysis(result, target)
     for w in result.summary["warnings"]:
-        _err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True)   # text, never markup
+        _err.print(
+            f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True
+        )  # text, never markup
     _out().print(rank_table(result.summary))
     if (pipe := pipeline_table(result.summary)) is not None:
         _out().print(pipe)
@@ -185,7 +247,9 @@ DEMO_RUNS: list[tuple[str, dict]] = [
 
 
 @cli.command("demo")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("runs"), help="parent of the run folders")
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=Path("runs"), help="parent of the run folders"
+)
 @click.option("--only", default=None, help="comma-separated strategies to run (default: all)")
 def demo_cmd(out: Path, only: str | None) -> None:
     """The main job: every strategy on CPU, analysed, a comparison report written."""
@@ -232,7 +296,11 @@ def _format_from_suffix(path: Path) -> str:
     if name.endswith(".perfetto.json") or name.endswith(".trace.json"):
         return "perfetto"
     suffix = path.suffix.lower().lstrip(".")
-    return {"htm": "html", "markdown": "md"}.get(suffix, suffix) if suffix in _REPORT_FORMATS + ["htm", "markdown"] else "html"
+    return (
+        {"htm": "html", "markdown": "md"}.get(suffix, suffix)
+        if suffix in _REPORT_FORMATS + ["htm", "markdown"]
+        else "html"
+    )
 
 
 def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
@@ -248,9 +316,20 @@ def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) ->
 
 @cli.command("report")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--out", type=click.Path(path_type=Path), default=None, help="output file (default report.<ext>)")
-@click.option("--format", "fmt", type=click.Choice(_REPORT_FORMATS), default=None,
-              help="html (default), pdf, png, md, json, csv, parquet, perfetto")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="output file (default report.<ext>)",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(_REPORT_FORMATS),
+    default=None,
+    help="html (default), pdf, png, md, json, csv, parquet, perfetto",
+)
 def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     """Write a report of PATH (several PATHs: a comparison report)."""
     _write_report(paths, out, fmt or ("html" if out is None else None))
@@ -258,7 +337,13 @@ def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> No
 
 @cli.command("compare")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--out", type=click.Path(path_type=Path), default=None, help="also write a report to this file")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="also write a report to this file",
+)
 @click.option("--format", "fmt", type=click.Choice(_REPORT_FORMATS), default=None)
 def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     """Compare runs side by side: a table on stdout (and a report with -o)."""
@@ -275,7 +360,9 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
             results.append(analyze(p))
         if out is not None:
             status.update(f"writing {out}")
-            write_report(list(paths), out, fmt or _format_from_suffix(out), analyses=results, names=names)
+            write_report(
+                list(paths), out, fmt or _format_from_suffix(out), analyses=results, names=names
+            )
     _out().print(comparison_table(names, results), markup=False, highlight=False)
     if out is not None:
         _err.print(f"wrote {out}", highlight=False)

@@ -17,11 +17,13 @@ r moves by -offset_r (and its flight-recorder entry times with it, which share i
 Applied when the traces come from different hosts (``host_name``), or when asked
 (``analyze(..., align_clocks=True)``); ``align_clocks=False`` only reports.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
@@ -36,7 +38,7 @@ def _pairwise(ends: pl.DataFrame) -> dict[tuple[int, int], list[int]]:
         got = dict(zip(part["rank"].to_list(), part["end_ns"].to_list()))
         rs = sorted(got)
         for i, a in enumerate(rs):
-            for b in rs[i + 1:]:
+            for b in rs[i + 1 :]:
                 out.setdefault((a, b), []).append(got[b] - got[a])
     return out
 
@@ -45,12 +47,21 @@ def estimate(table: pl.DataFrame, hosts: dict[int, str | None] | None = None) ->
     """Offsets from a matched raw collectives table (tracekit.analyses.collectives.raw_collectives)."""
     hosts = hosts or {}
     ranks = sorted(int(r) for r in table["rank"].unique().to_list()) if table.height else []
-    out: dict[str, Any] = {"method": METHOD, "reference_rank": ranks[0] if ranks else None, "offsets_ns": {},
-                           "residual_ns": {}, "calls": {}, "per_host": {}, "applied": False}
+    out: dict[str, Any] = {
+        "method": METHOD,
+        "reference_rank": ranks[0] if ranks else None,
+        "offsets_ns": {},
+        "residual_ns": {},
+        "calls": {},
+        "per_host": {},
+        "applied": False,
+    }
     if len(ranks) < 2 or "complete" not in table.columns:
         out["reason"] = "fewer than two ranks"
         return out
-    ends = table.filter(pl.col("complete") & pl.col("wire_op").is_in(END_TOGETHER)).select("call_id", "rank", "end_ns")
+    ends = table.filter(pl.col("complete") & pl.col("wire_op").is_in(END_TOGETHER)).select(
+        "call_id", "rank", "end_ns"
+    )
     pairs = _pairwise(ends)
     ref = ranks[0]
     offsets: dict[int, float] = {ref: 0.0}
@@ -80,20 +91,30 @@ def estimate(table: pl.DataFrame, hosts: dict[int, str | None] | None = None) ->
     if hosts.get(ref) and str(hosts[ref]) in per_host:
         base = per_host[str(hosts[ref])]
         per_host = {h: v - base for h, v in per_host.items()}
-    final = {r: (per_host[str(hosts[r])] if hosts.get(r) and str(hosts[r]) in per_host else off)
-             for r, off in offsets.items()}
-    got = {r: dict(zip(p["call_id"].to_list(), p["end_ns"].to_list()))
-           for (r,), p in ends.group_by("rank")}
+    final = {
+        r: (per_host[str(hosts[r])] if hosts.get(r) and str(hosts[r]) in per_host else off)
+        for r, off in offsets.items()
+    }
+    got = {
+        r: dict(zip(p["call_id"].to_list(), p["end_ns"].to_list()))
+        for (r,), p in ends.group_by("rank")
+    }
     for r in ranks:
         if r == ref or r not in final:
             continue
-        diffs = [got[r][c] - e - final[r] for c, e in got.get(ref, {}).items() if c in got.get(r, {})]
-        out["residual_ns"][str(r)] = int(statistics.median(abs(d) for d in diffs)) if diffs else None
+        diffs = [
+            got[r][c] - e - final[r] for c, e in got.get(ref, {}).items() if c in got.get(r, {})
+        ]
+        out["residual_ns"][str(r)] = (
+            int(statistics.median(abs(d) for d in diffs)) if diffs else None
+        )
         out["calls"][str(r)] = len(diffs)
     out["offsets_ns"] = {str(r): int(round(v)) for r, v in sorted(final.items())}
     out["per_host"] = {h: int(round(v)) for h, v in per_host.items()}
     if missing:
-        out["reason"] = f"ranks {missing} share no matched end-synchronous call with the others: not aligned"
+        out["reason"] = (
+            f"ranks {missing} share no matched end-synchronous call with the others: not aligned"
+        )
     return out
 
 
@@ -103,14 +124,23 @@ def _shift_records(sources: Any, offsets: dict[int, int]) -> Any:
     for rec in sources.records:
         off = offsets.get(int(rec.rank), 0)
         if off:
-            rec = dataclasses.replace(rec, entries=rec.entries.with_columns(
-                (pl.col("time_created_ns") - off).alias("time_created_ns")))
+            rec = dataclasses.replace(
+                rec,
+                entries=rec.entries.with_columns(
+                    (pl.col("time_created_ns") - off).alias("time_created_ns")
+                ),
+            )
         records.append(rec)
     return dataclasses.replace(sources, records=tuple(records))
 
 
-def align(events: pl.DataFrame, infos: Sequence[Any], sources: Any, table: pl.DataFrame,
-          mode: bool | None = None) -> tuple[pl.DataFrame, Any, dict[str, Any] | None, list[str]]:
+def align(
+    events: pl.DataFrame,
+    infos: Sequence[Any],
+    sources: Any,
+    table: pl.DataFrame,
+    mode: bool | None = None,
+) -> tuple[pl.DataFrame, Any, dict[str, Any] | None, list[str]]:
     """(events, sources, summary ``clock``, warnings): offsets estimated from ``table`` (the raw
     collectives of these events, tracekit.analyses.collectives.raw_collectives) and, when the
     traces come from several hosts (mode None) or when mode is True, applied (summary
@@ -124,18 +154,26 @@ def align(events: pl.DataFrame, infos: Sequence[Any], sources: Any, table: pl.Da
     warnings = []
     if not est["offsets_ns"] or len(est["offsets_ns"]) < 2:
         if several_hosts:
-            warnings.append("clock: traces from several hosts, but no matched all_reduce/all_gather/barrier to "
-                            "align them: times are taken as given")
+            warnings.append(
+                "clock: traces from several hosts, but no matched all_reduce/all_gather/barrier to "
+                "align them: times are taken as given"
+            )
         est["reason"] = est.get("reason") or "no matched end-synchronous collectives"
         return events, sources, est, warnings
     if est.get("reason") and apply:
         warnings.append(f"clock: {est['reason']}")
     if not apply:
-        est["reason"] = "all traces from one host: one clock, offsets only reported" if not several_hosts else "not asked"
+        est["reason"] = (
+            "all traces from one host: one clock, offsets only reported"
+            if not several_hosts
+            else "not asked"
+        )
         return events, sources, est, warnings
     offsets = {int(r): v for r, v in est["offsets_ns"].items() if v}
     if offsets:
-        shift = pl.col("rank").cast(pl.Int64).replace_strict(offsets, default=0, return_dtype=pl.Int64)
+        shift = (
+            pl.col("rank").cast(pl.Int64).replace_strict(offsets, default=0, return_dtype=pl.Int64)
+        )
         events = events.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
         sources = _shift_records(sources, offsets)
     est["applied"] = True

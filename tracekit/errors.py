@@ -2,6 +2,7 @@
 
 The CLI turns it into `tracekit: <message>` on stderr and exit status 2, never a traceback.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

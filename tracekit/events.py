@@ -22,6 +22,7 @@ DESIGN names (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_
 barrier). ``bytes`` is the nominal size S of nccl-tests: the all-gather output, the
 reduce-scatter input, the tensor otherwise.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -30,11 +31,11 @@ KINDS = ("compute", "communication", "memory", "sync", "annotation", "runtime", 
 
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32,
-    "device": pl.Utf8,          # "cpu" | "gpu"
+    "device": pl.Utf8,  # "cpu" | "gpu"
     "pid": pl.Utf8,
-    "tid": pl.Utf8,             # thread id on CPU, stream id on GPU, as text
-    "thread_name": pl.Utf8,     # from thread_name metadata ("pt_gloo_runloop", ...), may be null
-    "stream": pl.Int64,         # GPU stream, null on CPU
+    "tid": pl.Utf8,  # thread id on CPU, stream id on GPU, as text
+    "thread_name": pl.Utf8,  # from thread_name metadata ("pt_gloo_runloop", ...), may be null
+    "stream": pl.Int64,  # GPU stream, null on CPU
     "cat": pl.Utf8,
     "name": pl.Utf8,
     "start_ns": pl.Int64,
@@ -45,15 +46,22 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "dtype": pl.Utf8,
     "group": pl.Utf8,
     "group_size": pl.Int32,
-    "group_ranks": pl.Utf8,     # JSON list text, e.g. "[0, 1]"
+    "group_ranks": pl.Utf8,  # JSON list text, e.g. "[0, 1]"
     "peer": pl.Int32,
-    "correlation": pl.Int64,    # links a GPU kernel to its CPU launch (cuda_runtime)
+    "correlation": pl.Int64,  # links a GPU kernel to its CPU launch (cuda_runtime)
     "external_id": pl.Int64,
 }
 
 COMM_OPS = (
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-    "all_to_all", "send", "recv", "barrier",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send",
+    "recv",
+    "barrier",
 )
 
 

@@ -21,10 +21,12 @@ The timeline stays fast at any size:
   spans; a wider window falls back to the binned view of that window. (Bars beat layout shapes
   by far in Chromium: every shape is its own SVG node and relayout redraws them all.)
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -51,7 +53,12 @@ STATE_COLORS = {
 PHASE_COLORS = {"fill": "#e8590c", "steady": "#f2b701", "drain": "#7f3c8d"}
 KIND_COLORS = {"F": "#4c78a8", "B": "#f58518", "W": "#54a24b"}
 KIND_LABELS = {"F": "forward", "B": "backward", "W": "weight grad"}
-EVENT_COLORS = {"compute": "#3b3b3b", "communication": "#a50f15", "memory": "#6a51a3", "sync": "#6a51a3"}
+EVENT_COLORS = {
+    "compute": "#3b3b3b",
+    "communication": "#a50f15",
+    "memory": "#6a51a3",
+    "sync": "#6a51a3",
+}
 MEMORY_PARTS = (
     ("params_bytes", "params", "#4c78a8"),
     ("grads_bytes", "grads", "#f58518"),
@@ -60,11 +67,11 @@ MEMORY_PARTS = (
 )
 LINK_COLORS = {"intra": "#4c78a8", "inter": "#e45756"}
 
-MAX_BINS = 2000         # cells per lane in the binned views
-MAX_CELLS = 100_000     # cells per binned view (64 lanes: 1,562 bins; ~1.3 MB of typed arrays)
-MAX_BARS = 3000         # state spans drawn as real bars in a detail window
-MAX_EVENT_BARS = 2000   # events drawn in a detail window (the longest first)
-MAX_OPS = 6000          # pipeline ops drawn
+MAX_BINS = 2000  # cells per lane in the binned views
+MAX_CELLS = 100_000  # cells per binned view (64 lanes: 1,562 bins; ~1.3 MB of typed arrays)
+MAX_BARS = 3000  # state spans drawn as real bars in a detail window
+MAX_EVENT_BARS = 2000  # events drawn in a detail window (the longest first)
+MAX_OPS = 6000  # pipeline ops drawn
 
 NO_DATA = {
     "timeline": "this run has no timeline data",
@@ -89,6 +96,7 @@ _BASE_LAYOUT = dict(
 
 # ---------------------------------------------------------------- helpers
 
+
 def plain(text: Any) -> str:
     """Trace text as plotly shows it literally: ``& < >`` as entities (plotly.js decodes them)."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -96,7 +104,8 @@ def plain(text: Any) -> str:
 
 def _plain_expr(expr: pl.Expr) -> pl.Expr:
     return (
-        expr.cast(pl.Utf8).fill_null("")
+        expr.cast(pl.Utf8)
+        .fill_null("")
         .str.replace_all("&", "&amp;", literal=True)
         .str.replace_all("<", "&lt;", literal=True)
         .str.replace_all(">", "&gt;", literal=True)
@@ -158,14 +167,16 @@ def _num(x: Any) -> float:
 
 
 def _mix(color: str, other: str, t: float) -> str:
-    a = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
-    b = [int(other[i:i + 2], 16) for i in (1, 3, 5)]
+    a = [int(color[i : i + 2], 16) for i in (1, 3, 5)]
+    b = [int(other[i : i + 2], 16) for i in (1, 3, 5)]
     return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(a, b))
 
 
 def _layout(fig: go.Figure, title: str, height: int = 420, **kw: Any) -> go.Figure:
     fig.update_layout(**_BASE_LAYOUT)
-    fig.update_layout(title=dict(text=title, x=0, xanchor="left", font=dict(size=15)), height=height, **kw)
+    fig.update_layout(
+        title=dict(text=title, x=0, xanchor="left", font=dict(size=15)), height=height, **kw
+    )
     return fig
 
 
@@ -178,6 +189,7 @@ def _byte_unit(max_bytes: float) -> tuple[float, str]:
 
 
 # ---------------------------------------------------------------- per-rank breakdown
+
 
 def breakdown(summary: dict) -> go.Figure | None:
     """Per rank: compute, overlap, exposed comm, other, idle stacked to the span (seconds)."""
@@ -194,18 +206,26 @@ def breakdown(summary: dict) -> go.Figure | None:
     }
     fig = go.Figure()
     for state, values in parts.items():
-        fig.add_trace(go.Bar(
-            x=x, y=values, name=STATE_LABELS[state], marker_color=STATE_COLORS[state],
-            hovertemplate="%{x}<br>" + STATE_LABELS[state] + ": %{y:.6f} s<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=values,
+                name=STATE_LABELS[state],
+                marker_color=STATE_COLORS[state],
+                hovertemplate="%{x}<br>" + STATE_LABELS[state] + ": %{y:.6f} s<extra></extra>",
+            )
+        )
     win = summary.get("window") or {}
     return _layout(
-        fig, f"time per rank over the window ({win.get('kind', '?')}, {win.get('steps', 0)} steps)",
-        barmode="stack", yaxis_title="seconds",
+        fig,
+        f"time per rank over the window ({win.get('kind', '?')}, {win.get('steps', 0)} steps)",
+        barmode="stack",
+        yaxis_title="seconds",
     )
 
 
 # ---------------------------------------------------------------- timeline
+
 
 def timeline_lanes(tl: pl.DataFrame) -> list[int]:
     """The ranks of a timeline in lane order (lane i shows ranks[i])."""
@@ -221,8 +241,12 @@ def _lane_axis(lanes: Sequence[int]) -> dict:
     step = max(1, math.ceil(len(lanes) / 40))
     idx = list(range(0, len(lanes), step))
     return dict(
-        tickmode="array", tickvals=idx, ticktext=[f"rank {lanes[i]}" for i in idx],
-        range=[len(lanes) - 0.5, -0.5], zeroline=False, showgrid=False,
+        tickmode="array",
+        tickvals=idx,
+        ticktext=[f"rank {lanes[i]}" for i in idx],
+        range=[len(lanes) - 0.5, -0.5],
+        zeroline=False,
+        showgrid=False,
     )
 
 
@@ -249,7 +273,9 @@ def bin_states(
     # holds absolute epoch ns only to ~256 ns)
     f = tl.filter((pl.col("end_ns") > lo_ns) & (pl.col("start_ns") < hi_ns)).select(
         pl.col("rank").cast(pl.Int64),
-        pl.col("state").replace_strict(STATE_CODE, default=STATE_CODE["idle"], return_dtype=pl.Int64).alias("code"),
+        pl.col("state")
+        .replace_strict(STATE_CODE, default=STATE_CODE["idle"], return_dtype=pl.Int64)
+        .alias("code"),
         ((pl.col("start_ns").clip(lower_bound=lo_ns) - lo_ns).cast(pl.Float64) / width).alias("s"),
         ((pl.col("end_ns").clip(upper_bound=hi_ns) - lo_ns).cast(pl.Float64) / width).alias("e"),
     )
@@ -267,8 +293,9 @@ def bin_states(
     b1 = np.minimum(e_.astype(np.int64), bins)
     at_start, at_end = row * width1 + b0, row * width1 + b1
     size = n_lanes * n_states * width1
-    part = (np.bincount(at_start, weights=(b0 + 1) - s_, minlength=size)
-            - np.bincount(at_end, weights=(b1 + 1) - e_, minlength=size))
+    part = np.bincount(at_start, weights=(b0 + 1) - s_, minlength=size) - np.bincount(
+        at_end, weights=(b1 + 1) - e_, minlength=size
+    )
     opened = np.bincount(at_start, minlength=size) - np.bincount(at_end, minlength=size)
     part, opened = part.reshape(-1, width1), opened.reshape(-1, width1)
     open_before = np.cumsum(opened, axis=1) - opened  # spans open at each bin's left edge
@@ -290,15 +317,24 @@ def _state_colorscale() -> list[list]:
 
 def _legend_traces(fig: go.Figure, states: Iterable[str] = STATES, **kw: Any) -> None:
     for state in states:
-        fig.add_trace(go.Scatter(
-            x=[None], y=[None], mode="markers", name=STATE_LABELS[state],
-            marker=dict(symbol="square", size=12, color=STATE_COLORS[state]),
-            hoverinfo="skip", showlegend=True, legendgroup=state, **kw,
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=STATE_LABELS[state],
+                marker=dict(symbol="square", size=12, color=STATE_COLORS[state]),
+                hoverinfo="skip",
+                showlegend=True,
+                legendgroup=state,
+                **kw,
+            )
+        )
 
 
-def _heatmap_trace(tl: pl.DataFrame, lanes: Sequence[int], t0_ns: int, lo_ns: int, hi_ns: int,
-                   bins: int) -> tuple[go.Heatmap, float, int]:
+def _heatmap_trace(
+    tl: pl.DataFrame, lanes: Sequence[int], t0_ns: int, lo_ns: int, hi_ns: int, bins: int
+) -> tuple[go.Heatmap, float, int]:
     bins = int(max(1, min(bins, MAX_BINS, MAX_CELLS // max(1, len(lanes)), hi_ns - lo_ns)))
     width = (hi_ns - lo_ns) / bins
     ns = bin_states(tl, lanes, lo_ns, hi_ns, bins)
@@ -309,7 +345,7 @@ def _heatmap_trace(tl: pl.DataFrame, lanes: Sequence[int], t0_ns: int, lo_ns: in
     z = np.where(total > 0.01, dominant + 0.999 * dom_share, np.nan).astype(np.float32)
     big = max(lanes, default=0) > 255
     custom = np.empty((len(lanes), bins, len(STATES) + 1), dtype=np.uint16 if big else np.uint8)
-    custom[:, :, :len(STATES)] = np.rint(np.clip(shares, 0, 1) * 100)
+    custom[:, :, : len(STATES)] = np.rint(np.clip(shares, 0, 1) * 100)
     custom[:, :, len(STATES)] = np.asarray(lanes, dtype=np.int64)[:, None]
     x = ((lo_ns - t0_ns) + (np.arange(bins) + 0.5) * width) * NS
     hover = (
@@ -318,9 +354,17 @@ def _heatmap_trace(tl: pl.DataFrame, lanes: Sequence[int], t0_ns: int, lo_ns: in
         + "<extra></extra>"
     )
     trace = go.Heatmap(
-        x=x, y=np.arange(len(lanes)), z=z, customdata=custom, zmin=0, zmax=len(STATES),
-        colorscale=_state_colorscale(), showscale=False, hoverongaps=False,
-        hovertemplate=hover, name="timeline (binned)",
+        x=x,
+        y=np.arange(len(lanes)),
+        z=z,
+        customdata=custom,
+        zmin=0,
+        zmax=len(STATES),
+        colorscale=_state_colorscale(),
+        showscale=False,
+        hoverongaps=False,
+        hovertemplate=hover,
+        name="timeline (binned)",
     )
     return trace, width, bins
 
@@ -333,25 +377,46 @@ def _merge_per_pixel(spans: pl.DataFrame, px_ns: float, keys: Sequence[str]) -> 
         spans.sort(*keys, "start_ns")
         .with_columns(pl.col("end_ns").cum_max().over(keys).shift(1).over(keys).alias("_prev"))
         .with_columns(
-            (pl.col("_prev").is_null() | (pl.col("start_ns") > pl.col("_prev") + px_ns)).cum_sum().over(keys).alias("_g")
+            (pl.col("_prev").is_null() | (pl.col("start_ns") > pl.col("_prev") + px_ns))
+            .cum_sum()
+            .over(keys)
+            .alias("_g")
         )
         .group_by(*keys, "_g")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max(), pl.len().alias("count"),
-             *[pl.col(c).first() for c in spans.columns if c not in (*keys, "start_ns", "end_ns")])
+        .agg(
+            pl.col("start_ns").min(),
+            pl.col("end_ns").max(),
+            pl.len().alias("count"),
+            *[pl.col(c).first() for c in spans.columns if c not in (*keys, "start_ns", "end_ns")],
+        )
         .drop("_g")
     )
 
 
-def _bubble_traces(bubbles: pl.DataFrame | None, lanes: Sequence[int], t0_ns: int, lo_ns: int,
-                   hi_ns: int, px_ns: float, cap: int) -> list[go.Bar]:
+def _bubble_traces(
+    bubbles: pl.DataFrame | None,
+    lanes: Sequence[int],
+    t0_ns: int,
+    lo_ns: int,
+    hi_ns: int,
+    px_ns: float,
+    cap: int,
+) -> list[go.Bar]:
     """Pipeline bubbles as a thin strip at the top of each lane, one trace per phase."""
     if bubbles is None or bubbles.height == 0:
         return []
     lane_of = {int(r): i for i, r in enumerate(lanes)}
     b = bubbles.filter(
-        (pl.col("end_ns") > lo_ns) & (pl.col("start_ns") < hi_ns) & pl.col("rank").is_in(list(lane_of))
-    ).select("rank", "phase", "start_ns", "end_ns",
-             *[c for c in ("stage", "step") if c in bubbles.columns])
+        (pl.col("end_ns") > lo_ns)
+        & (pl.col("start_ns") < hi_ns)
+        & pl.col("rank").is_in(list(lane_of))
+    ).select(
+        "rank",
+        "phase",
+        "start_ns",
+        "end_ns",
+        *[c for c in ("stage", "step") if c in bubbles.columns],
+    )
     if b.height > cap:
         b = _merge_per_pixel(b, px_ns, ["rank", "phase"])
     traces = []
@@ -363,15 +428,27 @@ def _bubble_traces(bubbles: pl.DataFrame | None, lanes: Sequence[int], t0_ns: in
         start = (p["start_ns"] - t0_ns).to_numpy() * NS
         dur = (p["end_ns"] - p["start_ns"]).to_numpy() * NS
         lane = np.array([lane_of[int(r)] for r in p["rank"].to_list()], dtype=np.float64)
-        stage = p["stage"].fill_null(-1).to_numpy() if "stage" in p.columns else np.full(p.height, -1)
+        stage = (
+            p["stage"].fill_null(-1).to_numpy() if "stage" in p.columns else np.full(p.height, -1)
+        )
         custom = np.column_stack([p["rank"].to_numpy(), stage, dur * 1e6])
-        traces.append(go.Bar(
-            orientation="h", base=start, x=dur, y=lane - 0.42, width=0.12,
-            marker=dict(color=PHASE_COLORS[phase], line=dict(width=0)),
-            name=f"bubble: {phase}", customdata=custom, legendgroup="bubble",
-            hovertemplate=(f"bubble ({phase})<br>rank %{{customdata[0]}} · stage %{{customdata[1]}}"
-                           "<br>start %{base:.6f} s<br>%{customdata[2]:,.1f} µs<extra></extra>"),
-        ))
+        traces.append(
+            go.Bar(
+                orientation="h",
+                base=start,
+                x=dur,
+                y=lane - 0.42,
+                width=0.12,
+                marker=dict(color=PHASE_COLORS[phase], line=dict(width=0)),
+                name=f"bubble: {phase}",
+                customdata=custom,
+                legendgroup="bubble",
+                hovertemplate=(
+                    f"bubble ({phase})<br>rank %{{customdata[0]}} · stage %{{customdata[1]}}"
+                    "<br>start %{base:.6f} s<br>%{customdata[2]:,.1f} µs<extra></extra>"
+                ),
+            )
+        )
     return traces
 
 
@@ -401,13 +478,33 @@ def timeline_overview(
     for t in _bubble_traces(bubbles, lanes, t0, lo, hi, width, 2000):
         fig.add_trace(t)
     if title is None:
-        title = (f"timeline of {len(lanes)} ranks: dominant state per {fmt_s(width * NS)} bin "
-                 "(paler = less dominant; zoom in for real spans)")
-    _layout(fig, title, height=_lane_height(len(lanes)), barmode="overlay",
-            xaxis=dict(title="time since the window start", ticksuffix="s", range=[(lo - t0) * NS, (hi - t0) * NS]),
-            yaxis=_lane_axis(lanes), uirevision="timeline")
-    fig.update_layout(meta=dict(mode="overview" if window is None else "binned", bins=nbins,
-                                bin_s=width * NS, segments=int(tl.height), t0_ns=t0, lanes=lanes))
+        title = (
+            f"timeline of {len(lanes)} ranks: dominant state per {fmt_s(width * NS)} bin "
+            "(paler = less dominant; zoom in for real spans)"
+        )
+    _layout(
+        fig,
+        title,
+        height=_lane_height(len(lanes)),
+        barmode="overlay",
+        xaxis=dict(
+            title="time since the window start",
+            ticksuffix="s",
+            range=[(lo - t0) * NS, (hi - t0) * NS],
+        ),
+        yaxis=_lane_axis(lanes),
+        uirevision="timeline",
+    )
+    fig.update_layout(
+        meta=dict(
+            mode="overview" if window is None else "binned",
+            bins=nbins,
+            bin_s=width * NS,
+            segments=int(tl.height),
+            t0_ns=t0,
+            lanes=lanes,
+        )
+    )
     return fig
 
 
@@ -415,27 +512,48 @@ def _event_hover(ev: pl.DataFrame) -> pl.Expr:
     dur_us = ((pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64) / 1000).round(1)
     parts = [
         _plain_expr(pl.col("name")),
-        pl.lit("<br>"), pl.col("kind").fill_null(""), pl.lit(" · "), dur_us.cast(pl.Utf8), pl.lit(" µs"),
-        pl.lit("<br>rank "), pl.col("rank").cast(pl.Utf8),
+        pl.lit("<br>"),
+        pl.col("kind").fill_null(""),
+        pl.lit(" · "),
+        dur_us.cast(pl.Utf8),
+        pl.lit(" µs"),
+        pl.lit("<br>rank "),
+        pl.col("rank").cast(pl.Utf8),
     ]
     if "thread_name" in ev.columns:
-        parts += [pl.lit(" · "), _plain_expr(pl.coalesce(pl.col("thread_name"), pl.col("tid").cast(pl.Utf8)))]
+        parts += [
+            pl.lit(" · "),
+            _plain_expr(pl.coalesce(pl.col("thread_name"), pl.col("tid").cast(pl.Utf8))),
+        ]
     if "op" in ev.columns:
-        parts += [pl.when(pl.col("op").is_not_null()).then(
-            pl.concat_str([pl.lit("<br>op "), _plain_expr(pl.col("op"))])).otherwise(pl.lit(""))]
+        parts += [
+            pl.when(pl.col("op").is_not_null())
+            .then(pl.concat_str([pl.lit("<br>op "), _plain_expr(pl.col("op"))]))
+            .otherwise(pl.lit(""))
+        ]
     if "bytes" in ev.columns:
-        parts += [pl.when(pl.col("bytes").is_not_null()).then(
-            pl.concat_str([pl.lit(" · "), pl.col("bytes").cast(pl.Utf8), pl.lit(" bytes")])).otherwise(pl.lit(""))]
+        parts += [
+            pl.when(pl.col("bytes").is_not_null())
+            .then(pl.concat_str([pl.lit(" · "), pl.col("bytes").cast(pl.Utf8), pl.lit(" bytes")]))
+            .otherwise(pl.lit(""))
+        ]
     return pl.concat_str(parts).alias("hover")
 
 
-def _event_traces(events: pl.DataFrame | None, lane_of: dict[int, int], t0_ns: int, lo_ns: int,
-                  hi_ns: int, cap: int) -> tuple[list[go.Bar], int, int]:
+def _event_traces(
+    events: pl.DataFrame | None,
+    lane_of: dict[int, int],
+    t0_ns: int,
+    lo_ns: int,
+    hi_ns: int,
+    cap: int,
+) -> tuple[list[go.Bar], int, int]:
     """The longest events in the window as a thin lane under each rank's states."""
     if events is None or events.height == 0:
         return [], 0, 0
     ev = events.filter(
-        (pl.col("end_ns") > lo_ns) & (pl.col("start_ns") < hi_ns)
+        (pl.col("end_ns") > lo_ns)
+        & (pl.col("start_ns") < hi_ns)
         & pl.col("rank").is_in(list(lane_of))
         & pl.col("kind").is_in(["compute", "communication", "memory", "sync"])
     )
@@ -447,7 +565,11 @@ def _event_traces(events: pl.DataFrame | None, lane_of: dict[int, int], t0_ns: i
             ev = ev.filter(~pl.col("rank").is_in(gpu) | (pl.col("device") == "gpu"))
     total = ev.height
     if total > cap:
-        ev = ev.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_d")).sort("_d", descending=True).head(cap)
+        ev = (
+            ev.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_d"))
+            .sort("_d", descending=True)
+            .head(cap)
+        )
     ev = ev.with_columns(_event_hover(ev))
     traces = []
     for kind in ("compute", "communication", "memory", "sync"):
@@ -455,13 +577,21 @@ def _event_traces(events: pl.DataFrame | None, lane_of: dict[int, int], t0_ns: i
         if k.height == 0:
             continue
         lane = np.array([lane_of[int(r)] for r in k["rank"].to_list()], dtype=np.float64)
-        traces.append(go.Bar(
-            orientation="h", base=(k["start_ns"] - t0_ns).to_numpy() * NS,
-            x=(k["end_ns"] - k["start_ns"]).to_numpy() * NS, y=lane + 0.3, width=0.22,
-            marker=dict(color=EVENT_COLORS[kind], line=dict(width=0)), opacity=0.8,
-            name=f"events: {kind}", hovertext=k["hover"].to_list(), hoverinfo="text",
-            legendgroup="events",
-        ))
+        traces.append(
+            go.Bar(
+                orientation="h",
+                base=(k["start_ns"] - t0_ns).to_numpy() * NS,
+                x=(k["end_ns"] - k["start_ns"]).to_numpy() * NS,
+                y=lane + 0.3,
+                width=0.22,
+                marker=dict(color=EVENT_COLORS[kind], line=dict(width=0)),
+                opacity=0.8,
+                name=f"events: {kind}",
+                hovertext=k["hover"].to_list(),
+                hoverinfo="text",
+                legendgroup="events",
+            )
+        )
     return traces, min(total, cap), total
 
 
@@ -492,58 +622,106 @@ def timeline_detail(
     hi = max(lo + 1, t0 + int(math.ceil(end_s / NS)))
     shown = [r for r in lanes if ranks is None or r in set(ranks)] or lanes
     lane_of = {r: lanes.index(r) for r in shown}
-    seg = tl.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi) & pl.col("rank").is_in(shown))
+    seg = tl.filter(
+        (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi) & pl.col("rank").is_in(shown)
+    )
     yaxis = _lane_axis(lanes)
     if y_range is not None and len(y_range) == 2:
         yaxis["range"] = [float(y_range[0]), float(y_range[1])]
     if seg.height > max_bars:
         fig = timeline_overview(
-            tl.filter(pl.col("rank").is_in(shown)), bubbles=bubbles, t0_ns=t0, lanes=lanes, window=(lo, hi),
-            title=(f"{seg.height:,} spans in this window (more than {max_bars:,}): dominant state per bin; "
-                   "zoom further for real spans"),
+            tl.filter(pl.col("rank").is_in(shown)),
+            bubbles=bubbles,
+            t0_ns=t0,
+            lanes=lanes,
+            window=(lo, hi),
+            title=(
+                f"{seg.height:,} spans in this window (more than {max_bars:,}): dominant state per bin; "
+                "zoom further for real spans"
+            ),
         )
         # meta counts the spans of this window, not of the whole timeline
-        fig.update_layout(yaxis=yaxis, xaxis_range=[start_s, end_s],
-                          meta={**fig.layout.meta, "segments": int(seg.height)})
+        fig.update_layout(
+            yaxis=yaxis,
+            xaxis_range=[start_s, end_s],
+            meta={**fig.layout.meta, "segments": int(seg.height)},
+        )
         return fig
     fig = go.Figure()
     n_bars = 0
     for state in STATES:
         s = seg.filter(pl.col("state") == state)
         if s.height == 0:
-            fig.add_trace(go.Bar(orientation="h", x=[], y=[], base=[], name=STATE_LABELS[state],
-                                 marker_color=STATE_COLORS[state], legendgroup=state))
+            fig.add_trace(
+                go.Bar(
+                    orientation="h",
+                    x=[],
+                    y=[],
+                    base=[],
+                    name=STATE_LABELS[state],
+                    marker_color=STATE_COLORS[state],
+                    legendgroup=state,
+                )
+            )
             continue
         n_bars += s.height
         start = (s["start_ns"] - t0).to_numpy() * NS
         dur = (s["end_ns"] - s["start_ns"]).to_numpy() * NS
         lane = np.array([lane_of[int(r)] for r in s["rank"].to_list()], dtype=np.float64)
         custom = np.column_stack([s["rank"].to_numpy().astype(np.float64), dur * 1e6])
-        fig.add_trace(go.Bar(
-            orientation="h", base=start, x=dur, y=lane - 0.1, width=0.5,
-            marker=dict(color=STATE_COLORS[state], line=dict(width=0)),
-            name=STATE_LABELS[state], customdata=custom, legendgroup=state,
-            hovertemplate=(f"{STATE_LABELS[state]}<br>rank %{{customdata[0]}}<br>start %{{base:.6f}} s"
-                           "<br>duration %{customdata[1]:,.2f} µs<extra></extra>"),
-        ))
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                base=start,
+                x=dur,
+                y=lane - 0.1,
+                width=0.5,
+                marker=dict(color=STATE_COLORS[state], line=dict(width=0)),
+                name=STATE_LABELS[state],
+                customdata=custom,
+                legendgroup=state,
+                hovertemplate=(
+                    f"{STATE_LABELS[state]}<br>rank %{{customdata[0]}}<br>start %{{base:.6f}} s"
+                    "<br>duration %{customdata[1]:,.2f} µs<extra></extra>"
+                ),
+            )
+        )
     ev_traces, n_events, ev_total = _event_traces(events, lane_of, t0, lo, hi, max_events)
     for t in ev_traces:
         fig.add_trace(t)
     for t in _bubble_traces(bubbles, lanes, t0, lo, hi, (hi - lo) / MAX_BINS, max_bars):
         fig.add_trace(t)
-    more = f" (the {n_events:,} longest of {ev_total:,} events)" if ev_total > n_events else f" and {n_events:,} events"
-    _layout(
-        fig, f"{n_bars:,} spans in {fmt_s((hi - lo) * NS)}{more}: hover for name, duration, op, bytes",
-        height=_lane_height(len(lanes)), barmode="overlay", bargap=0,
-        xaxis=dict(title="time since the window start", ticksuffix="s", range=[start_s, end_s]),
-        yaxis=yaxis, uirevision="timeline",
+    more = (
+        f" (the {n_events:,} longest of {ev_total:,} events)"
+        if ev_total > n_events
+        else f" and {n_events:,} events"
     )
-    fig.update_layout(meta=dict(mode="detail", bars=n_bars, events=n_events, segments=int(seg.height),
-                                t0_ns=t0, lanes=lanes))
+    _layout(
+        fig,
+        f"{n_bars:,} spans in {fmt_s((hi - lo) * NS)}{more}: hover for name, duration, op, bytes",
+        height=_lane_height(len(lanes)),
+        barmode="overlay",
+        bargap=0,
+        xaxis=dict(title="time since the window start", ticksuffix="s", range=[start_s, end_s]),
+        yaxis=yaxis,
+        uirevision="timeline",
+    )
+    fig.update_layout(
+        meta=dict(
+            mode="detail",
+            bars=n_bars,
+            events=n_events,
+            segments=int(seg.height),
+            t0_ns=t0,
+            lanes=lanes,
+        )
+    )
     return fig
 
 
-def timeline(tl: pl.DataFrame | None, *, window: tuple[float, float] | None = None, **kw: Any) -> go.Figure | None:
+def timeline(
+    tl: pl.DataFrame | None, *, window: tuple[float, float] | None = None, **kw: Any
+) -> go.Figure | None:
     """The overview, or with ``window=(start_s, end_s)`` the detail of that window."""
     if window is None:
         kw.pop("events", None)
@@ -555,19 +733,31 @@ def timeline(tl: pl.DataFrame | None, *, window: tuple[float, float] | None = No
 
 # ---------------------------------------------------------------- pipeline
 
+
 def pipeline_theory_text(p: dict) -> str:
     stages, m = p.get("stages"), p.get("microbatches")
     parts = [f"measured {fmt_frac(p.get('bubble_fraction'))} (pipeline windows)"]
     if p.get("bubble_fraction_span") is not None:
         parts.append(f"whole span {fmt_frac(p.get('bubble_fraction_span'))}")
     parts.append(f"replay {fmt_frac(p.get('bubble_fraction_replay'))}")
-    parts.append(f"theory (p-1)/(m+p-1) {fmt_frac(p.get('bubble_fraction_theory'))}"
-                 + (f" with p={stages}, m={m}" if stages and m else ""))
+    parts.append(
+        f"theory (p-1)/(m+p-1) {fmt_frac(p.get('bubble_fraction_theory'))}"
+        + (f" with p={stages}, m={m}" if stages and m else "")
+    )
     return "bubble fraction: " + " · ".join(parts)
 
 
-def _ops_bars(fig: go.Figure, ops: pl.DataFrame, key_cols: list[str], lanes: dict[tuple, int], t0: float, *,
-              time_unit: str, row: int, showlegend: bool) -> None:
+def _ops_bars(
+    fig: go.Figure,
+    ops: pl.DataFrame,
+    key_cols: list[str],
+    lanes: dict[tuple, int],
+    t0: float,
+    *,
+    time_unit: str,
+    row: int,
+    showlegend: bool,
+) -> None:
     for kind in ("F", "B", "W"):
         k = ops.filter(pl.col("kind") == kind)
         if k.height == 0:
@@ -582,19 +772,38 @@ def _ops_bars(fig: go.Figure, ops: pl.DataFrame, key_cols: list[str], lanes: dic
         mb = k["microbatch"].fill_null(-1).to_numpy()
         stage = k["stage"].fill_null(-1).to_numpy()
         step = k["step"].fill_null(-1).to_numpy() if "step" in k.columns else np.full(k.height, -1)
-        version = (k["version"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
-                   if "version" in k.columns else np.full(k.height, np.nan))
+        version = (
+            k["version"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+            if "version" in k.columns
+            else np.full(k.height, np.nan)
+        )
         custom = np.column_stack([stage, mb, step, dur * 1e3, version])
-        fig.add_trace(go.Bar(
-            orientation="h", base=start, x=dur, y=y, width=0.7,
-            marker=dict(color=KIND_COLORS[kind], line=dict(width=0.5, color="white")),
-            text=[str(int(v)) for v in mb], textposition="inside", insidetextanchor="middle",
-            textfont=dict(color="white", size=10), constraintext="inside",
-            name=KIND_LABELS[kind], legendgroup=kind, showlegend=showlegend, customdata=custom,
-            hovertemplate=(f"{KIND_LABELS[kind]} ({kind}) microbatch %{{customdata[1]}}<br>stage %{{customdata[0]}}"
-                           " · step %{customdata[2]} · weight version %{customdata[4]}"
-                           "<br>start %{base:.6f} s · %{customdata[3]:.3f} ms<extra></extra>"),
-        ), row=row, col=1)
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                base=start,
+                x=dur,
+                y=y,
+                width=0.7,
+                marker=dict(color=KIND_COLORS[kind], line=dict(width=0.5, color="white")),
+                text=[str(int(v)) for v in mb],
+                textposition="inside",
+                insidetextanchor="middle",
+                textfont=dict(color="white", size=10),
+                constraintext="inside",
+                name=KIND_LABELS[kind],
+                legendgroup=kind,
+                showlegend=showlegend,
+                customdata=custom,
+                hovertemplate=(
+                    f"{KIND_LABELS[kind]} ({kind}) microbatch %{{customdata[1]}}<br>stage %{{customdata[0]}}"
+                    " · step %{customdata[2]} · weight version %{customdata[4]}"
+                    "<br>start %{base:.6f} s · %{customdata[3]:.3f} ms<extra></extra>"
+                ),
+            ),
+            row=row,
+            col=1,
+        )
 
 
 def pipeline_schedule(
@@ -617,8 +826,11 @@ def pipeline_schedule(
     labels = [f"stage {k[0]}" + (f" (rank {k[1]})" if len(k) > 1 else "") for k in keys]
     has_replay = replay is not None and replay.height > 0
     fig = make_subplots(
-        rows=2 if has_replay else 1, cols=1, vertical_spacing=0.14,
-        subplot_titles=["measured"] + (["replayed with measured F/B durations, free communication"] if has_replay else []),
+        rows=2 if has_replay else 1,
+        cols=1,
+        vertical_spacing=0.14,
+        subplot_titles=["measured"]
+        + (["replayed with measured F/B durations, free communication"] if has_replay else []),
         row_heights=[0.6, 0.4] if has_replay else None,
     )
     t0 = int(ops["start_ns"].min())
@@ -632,34 +844,82 @@ def pipeline_schedule(
                 continue
             ys = np.array([y for y in ys if y is not None], dtype=np.float64)
             dur = (b["end_ns"] - b["start_ns"]).to_numpy() * NS
-            step = b["step"].fill_null(-1).to_numpy() if "step" in b.columns else np.full(b.height, -1)
-            fig.add_trace(go.Bar(
-                orientation="h", base=(b["start_ns"] - t0).to_numpy() * NS, x=dur, y=ys, width=0.9,
-                marker=dict(color=PHASE_COLORS[phase], opacity=0.35, line=dict(width=0),
-                            pattern=dict(shape="/", fgcolor=PHASE_COLORS[phase], fgopacity=0.6)),
-                name=f"bubble: {phase}", legendgroup=f"bubble-{phase}",
-                customdata=np.column_stack([step, dur * 1e3]),
-                hovertemplate=(f"bubble ({phase})<br>step %{{customdata[0]}} · %{{customdata[1]:.3f}} ms"
-                               "<extra></extra>"),
-            ), row=1, col=1)
+            step = (
+                b["step"].fill_null(-1).to_numpy() if "step" in b.columns else np.full(b.height, -1)
+            )
+            fig.add_trace(
+                go.Bar(
+                    orientation="h",
+                    base=(b["start_ns"] - t0).to_numpy() * NS,
+                    x=dur,
+                    y=ys,
+                    width=0.9,
+                    marker=dict(
+                        color=PHASE_COLORS[phase],
+                        opacity=0.35,
+                        line=dict(width=0),
+                        pattern=dict(shape="/", fgcolor=PHASE_COLORS[phase], fgopacity=0.6),
+                    ),
+                    name=f"bubble: {phase}",
+                    legendgroup=f"bubble-{phase}",
+                    customdata=np.column_stack([step, dur * 1e3]),
+                    hovertemplate=(
+                        f"bubble ({phase})<br>step %{{customdata[0]}} · %{{customdata[1]:.3f}} ms"
+                        "<extra></extra>"
+                    ),
+                ),
+                row=1,
+                col=1,
+            )
     _ops_bars(fig, ops, key_cols, lanes, t0, time_unit="ns", row=1, showlegend=True)
     n = len(keys)
     if has_replay:
         stages = sorted(int(s) for s in replay["stage"].unique().to_list())
-        _ops_bars(fig, replay, ["stage"], {(s,): i for i, s in enumerate(stages)}, float(replay["start_s"].min()),
-                  time_unit="s", row=2, showlegend=False)
-        fig.update_yaxes(tickmode="array", tickvals=list(range(len(stages))),
-                         ticktext=[f"stage {s}" for s in stages], autorange="reversed", row=2, col=1)
+        _ops_bars(
+            fig,
+            replay,
+            ["stage"],
+            {(s,): i for i, s in enumerate(stages)},
+            float(replay["start_s"].min()),
+            time_unit="s",
+            row=2,
+            showlegend=False,
+        )
+        fig.update_yaxes(
+            tickmode="array",
+            tickvals=list(range(len(stages))),
+            ticktext=[f"stage {s}" for s in stages],
+            autorange="reversed",
+            row=2,
+            col=1,
+        )
         fig.update_xaxes(title_text="time (replay)", ticksuffix="s", row=2, col=1)
         n += len(stages)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(keys))), ticktext=labels,
-                     autorange="reversed", row=1, col=1)
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=list(range(len(keys))),
+        ticktext=labels,
+        autorange="reversed",
+        row=1,
+        col=1,
+    )
     fig.update_xaxes(title_text="time since the first op", ticksuffix="s", row=1, col=1)
-    title = (f"pipeline schedule: {plain(p.get('schedule', '?'))}, {p.get('stages', '?')} stages, "
-             f"{p.get('microbatches', '?')} microbatches" + (f" (first {MAX_OPS:,} ops)" if cut else ""))
+    title = (
+        f"pipeline schedule: {plain(p.get('schedule', '?'))}, {p.get('stages', '?')} stages, "
+        f"{p.get('microbatches', '?')} microbatches" + (f" (first {MAX_OPS:,} ops)" if cut else "")
+    )
     _layout(fig, title, height=int(min(1100, 300 + 46 * n)), barmode="overlay")
-    fig.add_annotation(text=plain(pipeline_theory_text(p)), xref="paper", yref="paper", x=0, y=1.0,
-                       yshift=34, showarrow=False, xanchor="left", font=dict(size=12))
+    fig.add_annotation(
+        text=plain(pipeline_theory_text(p)),
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=1.0,
+        yshift=34,
+        showarrow=False,
+        xanchor="left",
+        font=dict(size=12),
+    )
     fig.update_layout(margin=dict(t=110))
     return fig
 
@@ -673,17 +933,41 @@ def pipeline_stages(summary: dict) -> go.Figure | None:
     x = [f"stage {r.get('stage')}" for r in rows]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     for phase in ("fill", "steady", "drain"):
-        fig.add_trace(go.Bar(x=x, y=[_num(r.get(f"{phase}_s")) for r in rows], name=f"bubble: {phase}",
-                             marker_color=PHASE_COLORS[phase],
-                             hovertemplate="%{x}<br>" + phase + ": %{y:.6f} s<extra></extra>"), secondary_y=False)
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[_num(r.get(f"{phase}_s")) for r in rows],
+                name=f"bubble: {phase}",
+                marker_color=PHASE_COLORS[phase],
+                hovertemplate="%{x}<br>" + phase + ": %{y:.6f} s<extra></extra>",
+            ),
+            secondary_y=False,
+        )
     inflight = [r.get("max_inflight_microbatches") for r in rows]
     if any(v is not None for v in inflight):
-        fig.add_trace(go.Scatter(x=x, y=inflight, mode="markers+lines", name="max in-flight microbatches",
-                                 marker=dict(size=10, color="#333"), line=dict(dash="dot")), secondary_y=True)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=inflight,
+                mode="markers+lines",
+                name="max in-flight microbatches",
+                marker=dict(size=10, color="#333"),
+                line=dict(dash="dot"),
+            ),
+            secondary_y=True,
+        )
     versions = [r.get("weight_versions") for r in rows]
     if any(v is not None for v in versions):
-        fig.add_trace(go.Scatter(x=x, y=versions, mode="markers", name="weight versions",
-                                 marker=dict(size=10, symbol="diamond", color="#7f3c8d")), secondary_y=True)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=versions,
+                mode="markers",
+                name="weight versions",
+                marker=dict(size=10, symbol="diamond", color="#7f3c8d"),
+            ),
+            secondary_y=True,
+        )
     fig.update_yaxes(title_text="bubble seconds", secondary_y=False)
     fig.update_yaxes(title_text="count", secondary_y=True, rangemode="tozero", dtick=1)
     return _layout(fig, "bubbles per stage and in-flight microbatches", barmode="stack")
@@ -691,7 +975,11 @@ def pipeline_stages(summary: dict) -> go.Figure | None:
 
 # ---------------------------------------------------------------- overlap (ZeRO-3 / FSDP)
 
-_OP_TITLES = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter", "all_reduce": "all-reduce"}
+_OP_TITLES = {
+    "all_gather": "all-gather",
+    "reduce_scatter": "reduce-scatter",
+    "all_reduce": "all-reduce",
+}
 
 
 def overlap_layers(summary: dict, units: pl.DataFrame | None = None) -> go.Figure | None:
@@ -701,35 +989,60 @@ def overlap_layers(summary: dict, units: pl.DataFrame | None = None) -> go.Figur
         return None
     rows = list(ov.get("per_layer") or [])
     if not rows and units is not None and units.height:
-        rows = (units.group_by("unit", "phase", "op", maintain_order=True)
-                .agg(pl.col("duration_s").sum(), pl.col("hidden_s").sum(), pl.col("exposed_s").sum()).to_dicts())
+        rows = (
+            units.group_by("unit", "phase", "op", maintain_order=True)
+            .agg(pl.col("duration_s").sum(), pl.col("hidden_s").sum(), pl.col("exposed_s").sum())
+            .to_dicts()
+        )
     if not rows:
         return None
     ops = list(dict.fromkeys(str(r.get("op")) for r in rows))
     ops.sort(key=lambda o: (["all_gather", "reduce_scatter"] + ops).index(o))
-    frac = {"all_gather": (ov.get("allgather_s"), ov.get("allgather_hidden_fraction")),
-            "reduce_scatter": (ov.get("reducescatter_s"), ov.get("reducescatter_hidden_fraction"))}
+    frac = {
+        "all_gather": (ov.get("allgather_s"), ov.get("allgather_hidden_fraction")),
+        "reduce_scatter": (ov.get("reducescatter_s"), ov.get("reducescatter_hidden_fraction")),
+    }
     titles = []
     for op in ops:
         total, hidden = frac.get(op, (None, None))
         name = _OP_TITLES.get(op, plain(op))
-        titles.append(f"{name}: {fmt_frac(hidden)} hidden of {fmt_s(total)}" if total is not None else name)
-    fig = make_subplots(rows=1, cols=len(ops), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.06)
+        titles.append(
+            f"{name}: {fmt_frac(hidden)} hidden of {fmt_s(total)}" if total is not None else name
+        )
+    fig = make_subplots(
+        rows=1, cols=len(ops), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.06
+    )
     for i, op in enumerate(ops, start=1):
         sel = [r for r in rows if str(r.get("op")) == op]
         x = [plain(f"{r.get('unit')} · {r.get('phase')}") for r in sel]
-        for part, color, label in (("hidden_s", STATE_COLORS["overlap"], "hidden (under compute)"),
-                                   ("exposed_s", STATE_COLORS["comm"], "exposed")):
-            fig.add_trace(go.Bar(
-                x=x, y=[_num(r.get(part)) for r in sel], name=label, marker_color=color,
-                legendgroup=part, showlegend=i == 1,
-                hovertemplate="%{x}<br>" + label + ": %{y:.6f} s<extra></extra>",
-            ), row=1, col=i)
+        for part, color, label in (
+            ("hidden_s", STATE_COLORS["overlap"], "hidden (under compute)"),
+            ("exposed_s", STATE_COLORS["comm"], "exposed"),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=[_num(r.get(part)) for r in sel],
+                    name=label,
+                    marker_color=color,
+                    legendgroup=part,
+                    showlegend=i == 1,
+                    hovertemplate="%{x}<br>" + label + ": %{y:.6f} s<extra></extra>",
+                ),
+                row=1,
+                col=i,
+            )
     fig.update_yaxes(title_text="seconds", row=1, col=1)
-    return _layout(fig, "collectives per layer unit: hidden under compute vs exposed", height=460, barmode="stack")
+    return _layout(
+        fig,
+        "collectives per layer unit: hidden under compute vs exposed",
+        height=460,
+        barmode="stack",
+    )
 
 
 # ---------------------------------------------------------------- memory
+
 
 def memory(summary: dict) -> go.Figure | None:
     """Per rank: params / grads / optimizer / activation peak stacked, measured peak, theory line."""
@@ -737,35 +1050,72 @@ def memory(summary: dict) -> go.Figure | None:
     rows = (mem or {}).get("per_rank") or []
     if not rows:
         return None
-    peak = max([sum(_num(r.get(k)) for k, _, _ in MEMORY_PARTS) for r in rows]
-               + [_num(r.get("peak_bytes")) for r in rows]
-               + [_num(((mem or {}).get("theory") or {}).get("model_states_bytes"))])
+    peak = max(
+        [sum(_num(r.get(k)) for k, _, _ in MEMORY_PARTS) for r in rows]
+        + [_num(r.get("peak_bytes")) for r in rows]
+        + [_num(((mem or {}).get("theory") or {}).get("model_states_bytes"))]
+    )
     div, unit = _byte_unit(peak)
     x = [f"rank {r.get('rank')}" for r in rows]
     fig = go.Figure()
     for key, label, color in MEMORY_PARTS:
-        fig.add_trace(go.Bar(x=x, y=[_num(r.get(key)) / div for r in rows], name=label, marker_color=color,
-                             hovertemplate="%{x}<br>" + label + ": %{y:.3f} " + unit + "<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[_num(r.get(key)) / div for r in rows],
+                name=label,
+                marker_color=color,
+                hovertemplate="%{x}<br>" + label + ": %{y:.3f} " + unit + "<extra></extra>",
+            )
+        )
     peaks = [r.get("peak_bytes") for r in rows]
     if any(v is not None for v in peaks):
-        fig.add_trace(go.Scatter(x=x, y=[None if v is None else v / div for v in peaks], mode="markers",
-                                 name="measured peak", marker=dict(symbol="diamond", size=11, color="#222"),
-                                 hovertemplate="%{x}<br>peak %{y:.3f} " + unit + "<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[None if v is None else v / div for v in peaks],
+                mode="markers",
+                name="measured peak",
+                marker=dict(symbol="diamond", size=11, color="#222"),
+                hovertemplate="%{x}<br>peak %{y:.3f} " + unit + "<extra></extra>",
+            )
+        )
     theory = (mem or {}).get("theory")
     if theory and theory.get("model_states_bytes") is not None:
         y = _num(theory["model_states_bytes"]) / div
         formula = plain(theory.get("formula", ""))
         fig.add_hline(y=y, line=dict(color="#d62728", dash="dash", width=2))
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="theory: model states",
-                                 line=dict(color="#d62728", dash="dash", width=2), hoverinfo="skip"))
-        fig.add_annotation(text=f"theory {formula} = {plain(fmt_bytes(theory['model_states_bytes']))}",
-                           x=1, xref="paper", y=y, yref="y", showarrow=False, xanchor="right", yshift=10,
-                           font=dict(color="#d62728"))
-    return _layout(fig, "memory per rank: model states (params + grads + optimizer) and activation peak",
-                   barmode="stack", yaxis_title=unit)
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                name="theory: model states",
+                line=dict(color="#d62728", dash="dash", width=2),
+                hoverinfo="skip",
+            )
+        )
+        fig.add_annotation(
+            text=f"theory {formula} = {plain(fmt_bytes(theory['model_states_bytes']))}",
+            x=1,
+            xref="paper",
+            y=y,
+            yref="y",
+            showarrow=False,
+            xanchor="right",
+            yshift=10,
+            font=dict(color="#d62728"),
+        )
+    return _layout(
+        fig,
+        "memory per rank: model states (params + grads + optimizer) and activation peak",
+        barmode="stack",
+        yaxis_title=unit,
+    )
 
 
 # ---------------------------------------------------------------- traffic and collectives
+
 
 def traffic_split(summary: dict) -> go.Figure | None:
     """Bytes per op on intra-node vs inter-node links."""
@@ -779,10 +1129,19 @@ def traffic_split(summary: dict) -> go.Figure | None:
     div, unit = _byte_unit(max([a + b for a, b in zip(intra, inter)] + [1]))
     fig = go.Figure()
     for name, vals in (("intra", intra), ("inter", inter)):
-        fig.add_trace(go.Bar(x=x, y=[v / div for v in vals], name=f"{name}-node links", marker_color=LINK_COLORS[name],
-                             hovertemplate="%{x}<br>" + name + "-node: %{y:.3f} " + unit + "<extra></extra>"))
-    title = (f"traffic on links: {fmt_frac(tr.get('inter_node_fraction'))} of "
-             f"{fmt_bytes(tr.get('total_bytes'))} crosses nodes")
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[v / div for v in vals],
+                name=f"{name}-node links",
+                marker_color=LINK_COLORS[name],
+                hovertemplate="%{x}<br>" + name + "-node: %{y:.3f} " + unit + "<extra></extra>",
+            )
+        )
+    title = (
+        f"traffic on links: {fmt_frac(tr.get('inter_node_fraction'))} of "
+        f"{fmt_bytes(tr.get('total_bytes'))} crosses nodes"
+    )
     return _layout(fig, title, barmode="stack", yaxis_title=unit)
 
 
@@ -801,19 +1160,31 @@ def traffic_matrix(summary: dict) -> go.Figure | None:
     z = np.asarray([[_num(v) for v in row] for row in matrix], dtype=np.float64)
     n = z.shape[0]
     div, unit = _byte_unit(float(z.max()) if z.size else 1.0)
-    fig = go.Figure(go.Heatmap(
-        z=z / div, x=np.arange(z.shape[1]), y=np.arange(n), colorscale="Blues",
-        colorbar=dict(title=dict(text=unit)),
-        hovertemplate="rank %{y} → rank %{x}<br>%{z:.3f} " + unit + "<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z / div,
+            x=np.arange(z.shape[1]),
+            y=np.arange(n),
+            colorscale="Blues",
+            colorbar=dict(title=dict(text=unit)),
+            hovertemplate="rank %{y} → rank %{x}<br>%{z:.3f} " + unit + "<extra></extra>",
+        )
+    )
     for b in _node_boundaries(summary, n):
-        fig.add_shape(type="line", x0=b, x1=b, y0=-0.5, y1=n - 0.5, line=dict(color="#e45756", width=2))
-        fig.add_shape(type="line", y0=b, y1=b, x0=-0.5, x1=n - 0.5, line=dict(color="#e45756", width=2))
+        fig.add_shape(
+            type="line", x0=b, x1=b, y0=-0.5, y1=n - 0.5, line=dict(color="#e45756", width=2)
+        )
+        fig.add_shape(
+            type="line", y0=b, y1=b, x0=-0.5, x1=n - 0.5, line=dict(color="#e45756", width=2)
+        )
     ticks = dict(tickmode="array", tickvals=list(range(0, n, max(1, math.ceil(n / 32)))))
-    return _layout(fig, "bytes from rank (row) to rank (column); red lines: node boundaries",
-                   height=int(min(900, max(460, 140 + 18 * n))),
-                   xaxis=dict(title="destination rank", **ticks, constrain="domain"),
-                   yaxis=dict(title="source rank", autorange="reversed", scaleanchor="x", **ticks))
+    return _layout(
+        fig,
+        "bytes from rank (row) to rank (column); red lines: node boundaries",
+        height=int(min(900, max(460, 140 + 18 * n))),
+        xaxis=dict(title="destination rank", **ticks, constrain="domain"),
+        yaxis=dict(title="source rank", autorange="reversed", scaleanchor="x", **ticks),
+    )
 
 
 def collective_bandwidth(summary: dict) -> go.Figure | None:
@@ -824,22 +1195,56 @@ def collective_bandwidth(summary: dict) -> go.Figure | None:
         return None
     per_group = co.get("per_group") or []
     cols = 2 if per_group else 1
-    fig = make_subplots(rows=1, cols=cols, subplot_titles=["per op"] + (["busbw per process group"] if per_group else []))
+    fig = make_subplots(
+        rows=1,
+        cols=cols,
+        subplot_titles=["per op"] + (["busbw per process group"] if per_group else []),
+    )
     x = [plain(r.get("op") or "unknown") for r in per_op]
-    for key, name, color in (("algbw_gbps", "algbw", "#9ecae1"), ("busbw_gbps", "busbw", "#3182bd")):
-        fig.add_trace(go.Bar(x=x, y=[r.get(key) for r in per_op], name=name, marker_color=color,
-                             hovertemplate="%{x}<br>" + name + " %{y:.3f} GB/s<extra></extra>"), row=1, col=1)
+    for key, name, color in (
+        ("algbw_gbps", "algbw", "#9ecae1"),
+        ("busbw_gbps", "busbw", "#3182bd"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[r.get(key) for r in per_op],
+                name=name,
+                marker_color=color,
+                hovertemplate="%{x}<br>" + name + " %{y:.3f} GB/s<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
     if per_group:
         gx = [plain(f"{r.get('group')} · {r.get('op') or 'unknown'}") for r in per_group]
-        fig.add_trace(go.Bar(x=gx, y=[r.get("busbw_gbps") for r in per_group], name="busbw per group",
-                             marker_color="#08519c", showlegend=False,
-                             hovertemplate="%{x}<br>busbw %{y:.3f} GB/s<extra></extra>"), row=1, col=2)
+        fig.add_trace(
+            go.Bar(
+                x=gx,
+                y=[r.get("busbw_gbps") for r in per_group],
+                name="busbw per group",
+                marker_color="#08519c",
+                showlegend=False,
+                hovertemplate="%{x}<br>busbw %{y:.3f} GB/s<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
     fig.update_yaxes(title_text="GB/s", row=1, col=1)
     if not any(_num(r.get("busbw_gbps")) or _num(r.get("algbw_gbps")) for r in per_op):
         unknown = sum(int(_num(r.get("unknown_size"))) for r in per_op)
-        fig.add_annotation(text=f"no bandwidth: the sizes of {unknown or 'these'} calls are unknown in this trace",
-                           xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, font=dict(size=14, color="#777"))
-    return _layout(fig, "collective bandwidth (GB/s = 10^9 B/s; busbw = algbw x bus factor)", barmode="group")
+        fig.add_annotation(
+            text=f"no bandwidth: the sizes of {unknown or 'these'} calls are unknown in this trace",
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font=dict(size=14, color="#777"),
+        )
+    return _layout(
+        fig, "collective bandwidth (GB/s = 10^9 B/s; busbw = algbw x bus factor)", barmode="group"
+    )
 
 
 def collective_time(summary: dict) -> go.Figure | None:
@@ -853,15 +1258,40 @@ def collective_time(summary: dict) -> go.Figure | None:
     wait = [r.get("wait_s") for r in per_op]
     unknown = [(_num(r.get("time_s")) if r.get("transfer_s") is None else 0.0) for r in per_op]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=x, y=[_num(v) for v in transfer], name="transfer", marker_color="#3182bd",
-                         hovertemplate="%{x}<br>transfer %{y:.6f} s<extra></extra>"))
-    fig.add_trace(go.Bar(x=x, y=[_num(v) for v in wait], name="wait for peers", marker_color="#fd8d3c",
-                         hovertemplate="%{x}<br>wait %{y:.6f} s<extra></extra>"))
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=[_num(v) for v in transfer],
+            name="transfer",
+            marker_color="#3182bd",
+            hovertemplate="%{x}<br>transfer %{y:.6f} s<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=[_num(v) for v in wait],
+            name="wait for peers",
+            marker_color="#fd8d3c",
+            hovertemplate="%{x}<br>wait %{y:.6f} s<extra></extra>",
+        )
+    )
     if any(unknown):
-        fig.add_trace(go.Bar(x=x, y=unknown, name="duration (split unknown: peers missing)", marker_color="#bdbdbd",
-                             hovertemplate="%{x}<br>duration %{y:.6f} s<extra></extra>"))
-    return _layout(fig, "collective time: transfer vs synchronisation wait (summed over calls and ranks)",
-                   barmode="stack", yaxis_title="seconds")
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=unknown,
+                name="duration (split unknown: peers missing)",
+                marker_color="#bdbdbd",
+                hovertemplate="%{x}<br>duration %{y:.6f} s<extra></extra>",
+            )
+        )
+    return _layout(
+        fig,
+        "collective time: transfer vs synchronisation wait (summed over calls and ranks)",
+        barmode="stack",
+        yaxis_title="seconds",
+    )
 
 
 # ---------------------------------------------------------------- comparison of runs
@@ -893,30 +1323,36 @@ def compare_rows(runs: Sequence[Run]) -> list[dict]:
         pipe = s.get("pipeline") or {}
         ov = s.get("overlap") or {}
         run = s.get("run") or {}
-        out.append({
-            "run": name,
-            "strategy": run.get("strategy"),
-            "ranks": len(ranks),
-            "step_time_s": _median([r.get("step_time_s") for r in ranks]),
-            "span_s": _mean([r.get("span_s") for r in ranks]),
-            "compute_s": _mean([_num(r.get("compute_s")) - _num(r.get("overlap_s")) for r in ranks]),
-            "compute_total_s": _mean([r.get("compute_s") for r in ranks]),
-            "overlap_s": _mean([r.get("overlap_s") for r in ranks]),
-            "exposed_comm_s": _mean([r.get("exposed_comm_s") for r in ranks]),
-            "other_s": _mean([r.get("other_s") for r in ranks]),
-            "idle_s": _mean([r.get("idle_s") for r in ranks]),
-            "params_bytes": max((_num(m.get("params_bytes")) for m in mem), default=None),
-            "grads_bytes": max((_num(m.get("grads_bytes")) for m in mem), default=None),
-            "optimizer_bytes": max((_num(m.get("optimizer_bytes")) for m in mem), default=None),
-            "model_states_bytes": max((_num(m.get("model_states_bytes")) for m in mem), default=None),
-            "peak_bytes": max((_num(m.get("peak_bytes")) for m in mem), default=None),
-            "collective_bytes": co.get("bytes"),
-            "ideal_bytes_per_rank": co.get("ideal_bytes_per_rank"),
-            "intra_node_bytes": tr.get("intra_node_bytes"),
-            "inter_node_bytes": tr.get("inter_node_bytes"),
-            "bubble_fraction": pipe.get("bubble_fraction"),
-            "allgather_hidden_fraction": ov.get("allgather_hidden_fraction"),
-        })
+        out.append(
+            {
+                "run": name,
+                "strategy": run.get("strategy"),
+                "ranks": len(ranks),
+                "step_time_s": _median([r.get("step_time_s") for r in ranks]),
+                "span_s": _mean([r.get("span_s") for r in ranks]),
+                "compute_s": _mean(
+                    [_num(r.get("compute_s")) - _num(r.get("overlap_s")) for r in ranks]
+                ),
+                "compute_total_s": _mean([r.get("compute_s") for r in ranks]),
+                "overlap_s": _mean([r.get("overlap_s") for r in ranks]),
+                "exposed_comm_s": _mean([r.get("exposed_comm_s") for r in ranks]),
+                "other_s": _mean([r.get("other_s") for r in ranks]),
+                "idle_s": _mean([r.get("idle_s") for r in ranks]),
+                "params_bytes": max((_num(m.get("params_bytes")) for m in mem), default=None),
+                "grads_bytes": max((_num(m.get("grads_bytes")) for m in mem), default=None),
+                "optimizer_bytes": max((_num(m.get("optimizer_bytes")) for m in mem), default=None),
+                "model_states_bytes": max(
+                    (_num(m.get("model_states_bytes")) for m in mem), default=None
+                ),
+                "peak_bytes": max((_num(m.get("peak_bytes")) for m in mem), default=None),
+                "collective_bytes": co.get("bytes"),
+                "ideal_bytes_per_rank": co.get("ideal_bytes_per_rank"),
+                "intra_node_bytes": tr.get("intra_node_bytes"),
+                "inter_node_bytes": tr.get("inter_node_bytes"),
+                "bubble_fraction": pipe.get("bubble_fraction"),
+                "allgather_hidden_fraction": ov.get("allgather_hidden_fraction"),
+            }
+        )
     return out
 
 
@@ -926,10 +1362,24 @@ def compare_step_time(runs: Sequence[Run]) -> go.Figure | None:
         return None
     x = [plain(r["run"]) for r in rows]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=x, y=[r["step_time_s"] for r in rows], name="step time (median)", marker_color="#4c78a8",
-                         hovertemplate="%{x}<br>step %{y:.6f} s<extra></extra>"))
-    fig.add_trace(go.Bar(x=x, y=[r["span_s"] for r in rows], name="window span (mean of ranks)",
-                         marker_color="#9ecae1", hovertemplate="%{x}<br>span %{y:.6f} s<extra></extra>"))
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=[r["step_time_s"] for r in rows],
+            name="step time (median)",
+            marker_color="#4c78a8",
+            hovertemplate="%{x}<br>step %{y:.6f} s<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=[r["span_s"] for r in rows],
+            name="window span (mean of ranks)",
+            marker_color="#9ecae1",
+            hovertemplate="%{x}<br>span %{y:.6f} s<extra></extra>",
+        )
+    )
     return _layout(fig, "step time per run", barmode="group", yaxis_title="seconds")
 
 
@@ -939,14 +1389,30 @@ def compare_breakdown(runs: Sequence[Run]) -> go.Figure | None:
         return None
     x = [plain(r["run"]) for r in rows]
     fig = go.Figure()
-    for state, key in (("compute", "compute_s"), ("overlap", "overlap_s"), ("comm", "exposed_comm_s"),
-                       ("other", "other_s"), ("idle", "idle_s")):
-        fig.add_trace(go.Bar(
-            x=x, y=[100 * _num(r[key]) / r["span_s"] if r["span_s"] else 0 for r in rows],
-            name=STATE_LABELS[state], marker_color=STATE_COLORS[state],
-            hovertemplate="%{x}<br>" + STATE_LABELS[state] + ": %{y:.1f}% of the span<extra></extra>"))
-    return _layout(fig, "where the time goes (mean over ranks, % of the window)", barmode="stack",
-                   yaxis_title="% of span")
+    for state, key in (
+        ("compute", "compute_s"),
+        ("overlap", "overlap_s"),
+        ("comm", "exposed_comm_s"),
+        ("other", "other_s"),
+        ("idle", "idle_s"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[100 * _num(r[key]) / r["span_s"] if r["span_s"] else 0 for r in rows],
+                name=STATE_LABELS[state],
+                marker_color=STATE_COLORS[state],
+                hovertemplate="%{x}<br>"
+                + STATE_LABELS[state]
+                + ": %{y:.1f}% of the span<extra></extra>",
+            )
+        )
+    return _layout(
+        fig,
+        "where the time goes (mean over ranks, % of the window)",
+        barmode="stack",
+        yaxis_title="% of span",
+    )
 
 
 def compare_memory(runs: Sequence[Run]) -> go.Figure | None:
@@ -958,26 +1424,46 @@ def compare_memory(runs: Sequence[Run]) -> go.Figure | None:
     x = [plain(r["run"]) for r in rows]
     fig = go.Figure()
     for key, label, color in MEMORY_PARTS[:3]:
-        fig.add_trace(go.Bar(x=x, y=[_num(r[key]) / div for r in rows], name=label, marker_color=color,
-                             hovertemplate="%{x}<br>" + label + " %{y:.3f} " + unit + "<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[_num(r[key]) / div for r in rows],
+                name=label,
+                marker_color=color,
+                hovertemplate="%{x}<br>" + label + " %{y:.3f} " + unit + "<extra></extra>",
+            )
+        )
     theory = []
     for _, s in runs:
         t = (s.get("memory") or {}).get("theory") or {}
-        theory.append(None if t.get("model_states_bytes") is None else _num(t["model_states_bytes"]) / div)
+        theory.append(
+            None if t.get("model_states_bytes") is None else _num(t["model_states_bytes"]) / div
+        )
     if any(t is not None for t in theory):
-        fig.add_trace(go.Scatter(x=x, y=theory, mode="markers", name="theory: model states",
-                                 marker=dict(symbol="line-ew-open", size=30, color="#d62728", line=dict(width=3))))
-    return _layout(fig, "model states per rank (largest rank of each run)", barmode="stack", yaxis_title=unit)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=theory,
+                mode="markers",
+                name="theory: model states",
+                marker=dict(symbol="line-ew-open", size=30, color="#d62728", line=dict(width=3)),
+            )
+        )
+    return _layout(
+        fig, "model states per rank (largest rank of each run)", barmode="stack", yaxis_title=unit
+    )
 
 
 def compare_bytes(runs: Sequence[Run]) -> go.Figure | None:
     rows = compare_rows(runs)
     if not rows:
         return None
-    keys = (("collective_bytes", "collective bytes (nominal S)", "#4c78a8"),
-            ("ideal_bytes_per_rank", "ideal bytes per rank", "#9ecae1"),
-            ("intra_node_bytes", "intra-node link bytes", "#54a24b"),
-            ("inter_node_bytes", "inter-node link bytes", "#e45756"))
+    keys = (
+        ("collective_bytes", "collective bytes (nominal S)", "#4c78a8"),
+        ("ideal_bytes_per_rank", "ideal bytes per rank", "#9ecae1"),
+        ("intra_node_bytes", "intra-node link bytes", "#54a24b"),
+        ("inter_node_bytes", "inter-node link bytes", "#e45756"),
+    )
     peak = max([_num(r[k]) for r in rows for k, _, _ in keys] + [1])
     div, unit = _byte_unit(peak)
     x = [plain(r["run"]) for r in rows]
@@ -985,8 +1471,15 @@ def compare_bytes(runs: Sequence[Run]) -> go.Figure | None:
     for key, label, color in keys:
         if all(r[key] is None for r in rows):
             continue
-        fig.add_trace(go.Bar(x=x, y=[None if r[key] is None else _num(r[key]) / div for r in rows], name=label,
-                             marker_color=color, hovertemplate="%{x}<br>" + label + " %{y:.3f} " + unit + "<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[None if r[key] is None else _num(r[key]) / div for r in rows],
+                name=label,
+                marker_color=color,
+                hovertemplate="%{x}<br>" + label + " %{y:.3f} " + unit + "<extra></extra>",
+            )
+        )
     return _layout(fig, "bytes communicated per run", barmode="group", yaxis_title=unit)
 
 
@@ -1009,8 +1502,9 @@ def compare_figures(runs: Sequence[Run]) -> dict[str, go.Figure | None]:
 FIGURES: dict[str, Callable[[Any], go.Figure | None]] = {
     "breakdown": lambda a: breakdown(a.summary),
     "timeline": lambda a: timeline_overview(frame(a, "timeline"), bubbles=frame(a, "bubbles")),
-    "pipeline": lambda a: pipeline_schedule(a.summary, frame(a, "pipeline_ops"), frame(a, "bubbles"),
-                                            frame(a, "pipeline_replay")),
+    "pipeline": lambda a: pipeline_schedule(
+        a.summary, frame(a, "pipeline_ops"), frame(a, "bubbles"), frame(a, "pipeline_replay")
+    ),
     "pipeline_stages": lambda a: pipeline_stages(a.summary),
     "overlap": lambda a: overlap_layers(a.summary, frame(a, "overlap_units")),
     "memory": lambda a: memory(a.summary),

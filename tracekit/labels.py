@@ -48,6 +48,7 @@ Pipeline point-to-point (the call on the compute thread; ``peer`` is the other r
 
 Stages, microbatches, indices and versions are 0-based integers, written without padding.
 """
+
 from __future__ import annotations
 
 import re
@@ -64,16 +65,27 @@ PHASES = (STEP, FORWARD, BACKWARD, OPTIMIZER, ZERO_GRAD)
 COMM_PREFIX = "comm"
 WAIT = "wait"
 COMM_OPS = (
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-    "all_to_all", "send", "recv", "barrier",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send",
+    "recv",
+    "barrier",
 )
 PIPELINE_KINDS = ("F", "B", "W")
 FWD, BWD = "fwd", "bwd"
 
 _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 _INDEXED = re.compile(r"^(?P<kind>[A-Za-z_]+?)(?P<index>\d+)$")
-_COMM = re.compile(r"^comm:(?P<op>[a-z_]+):(?P<what>[A-Za-z0-9_\-]+)(?P<rest>(?::[A-Za-z0-9_\-]+)*)$")
-_PIPE = re.compile(r"^(?P<kind>[FBW]):s(?P<stage>\d+):mb(?P<mb>\d+)(?::v(?P<version>\d+))?(?::st(?P<staleness>\d+))?$")
+_COMM = re.compile(
+    r"^comm:(?P<op>[a-z_]+):(?P<what>[A-Za-z0-9_\-]+)(?P<rest>(?::[A-Za-z0-9_\-]+)*)$"
+)
+_PIPE = re.compile(
+    r"^(?P<kind>[FBW]):s(?P<stage>\d+):mb(?P<mb>\d+)(?::v(?P<version>\d+))?(?::st(?P<staleness>\d+))?$"
+)
 _QUAL_MB = re.compile(r"^mb(\d+)$")
 _QUAL_PEER = re.compile(r"^peer(\d+)$")
 
@@ -84,18 +96,18 @@ class Label:
 
     family: str
     name: str
-    phase: str | None = None          # family "phase": step | forward | backward | ...
-    op: str | None = None             # family "comm": all_reduce | ... | wait
-    what: str | None = None           # family "comm": bucket3, unit2, params
-    what_kind: str | None = None      # bucket, unit, layer ... (None for a plain word)
-    index: int | None = None          # the number in ``what``
+    phase: str | None = None  # family "phase": step | forward | backward | ...
+    op: str | None = None  # family "comm": all_reduce | ... | wait
+    what: str | None = None  # family "comm": bucket3, unit2, params
+    what_kind: str | None = None  # bucket, unit, layer ... (None for a plain word)
+    index: int | None = None  # the number in ``what``
     qualifiers: tuple[str, ...] = ()  # fwd | bwd | ...
-    kind: str | None = None           # family "pipeline": F | B | W
+    kind: str | None = None  # family "pipeline": F | B | W
     stage: int | None = None
     microbatch: int | None = None
     version: int | None = None
-    peer: int | None = None           # family "comm": the other rank of a p2p label (peer<r>)
-    staleness: int | None = None      # family "pipeline": PipeDream update staleness (st<k>)
+    peer: int | None = None  # family "comm": the other rank of a p2p label (peer<r>)
+    staleness: int | None = None  # family "pipeline": PipeDream update staleness (st<k>)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -103,11 +115,14 @@ class Label:
 
 def _check_word(word: str) -> str:
     if not _WORD.match(word) or ":" in word:
-        raise ValueError(f"label part {word!r} must be a word ([A-Za-z0-9_-], not starting with a digit)")
+        raise ValueError(
+            f"label part {word!r} must be a word ([A-Za-z0-9_-], not starting with a digit)"
+        )
     return word
 
 
 # --- builders -----------------------------------------------------------------------------------
+
 
 def bucket(i: int) -> str:
     """``bucket<i>``: a DDP-style gradient bucket."""
@@ -171,8 +186,9 @@ def tp_all_reduce(i: int, part: str, direction: str) -> str:
     return comm("all_reduce", layer(i), part, direction)
 
 
-def pipeline(kind: str, stage: int, microbatch: int, version: int | None = None,
-             staleness: int | None = None) -> str:
+def pipeline(
+    kind: str, stage: int, microbatch: int, version: int | None = None, staleness: int | None = None
+) -> str:
     """``F|B|W:s<stage>:mb<m>[:v<version>[:st<staleness>]]``."""
     if kind not in PIPELINE_KINDS:
         raise ValueError(f"pipeline kind must be one of {PIPELINE_KINDS}, not {kind!r}")
@@ -205,6 +221,7 @@ def region(name: str):  # noqa: ANN201 - returns torch.profiler.record_function
 
 # --- reader -------------------------------------------------------------------------------------
 
+
 def parse(name: str) -> Label | None:
     """Read a label back; None when ``name`` does not follow this scheme."""
     if name in PHASES:
@@ -220,14 +237,24 @@ def parse(name: str) -> Label | None:
         mb = next((int(x[1]) for x in map(_QUAL_MB.match, rest) if x), None)
         peer = next((int(x[1]) for x in map(_QUAL_PEER.match, rest) if x), None)
         return Label(
-            "comm", name, op=op, what=what,
-            what_kind=im["kind"] if im else None, index=int(im["index"]) if im else None,
-            qualifiers=rest, microbatch=mb, peer=peer,
+            "comm",
+            name,
+            op=op,
+            what=what,
+            what_kind=im["kind"] if im else None,
+            index=int(im["index"]) if im else None,
+            qualifiers=rest,
+            microbatch=mb,
+            peer=peer,
         )
     m = _PIPE.match(name)
     if m:
         return Label(
-            "pipeline", name, kind=m["kind"], stage=int(m["stage"]), microbatch=int(m["mb"]),
+            "pipeline",
+            name,
+            kind=m["kind"],
+            stage=int(m["stage"]),
+            microbatch=int(m["mb"]),
             version=None if m["version"] is None else int(m["version"]),
             staleness=None if m["staleness"] is None else int(m["staleness"]),
         )

@@ -21,6 +21,7 @@ namespaces are removed in a ``finally``; SIGTERM and SIGHUP to the launcher beco
 (``Terminated``, like Ctrl-C) so that it runs; leftovers of a launcher killed outright are swept
 by the next emulated run.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,7 @@ from tracekit.errors import TracekitError
 OPTIONAL_OPTIONS = ("microbatches", "prefetch")
 _RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$")
 _KILL_GRACE_S = 5.0
-_PEER_GRACE_S = 20.0   # emulated nodes: time the others get to exit after one node's agent failed
+_PEER_GRACE_S = 20.0  # emulated nodes: time the others get to exit after one node's agent failed
 
 
 class Terminated(KeyboardInterrupt):
@@ -77,22 +78,41 @@ class StrategySpec:
 
 STRATEGIES: dict[str, StrategySpec] = {
     "dp": StrategySpec("instrumented_runs.dp", precisions=frozenset({"fp32", "bf16-mixed"})),
-    "pp-gpipe": StrategySpec("instrumented_runs.pp_gpipe", uses=frozenset({"microbatches"}),
-                             layout="instrumented_runs.pipeline:check_layout"),
-    "pp-1f1b": StrategySpec("instrumented_runs.pp_1f1b", uses=frozenset({"microbatches"}),
-                            layout="instrumented_runs.pipeline:check_layout"),
-    "pp-pipedream": StrategySpec("instrumented_runs.pp_pipedream", uses=frozenset({"microbatches"}),
-                                 layout="instrumented_runs.pipeline:check_layout"),
+    "pp-gpipe": StrategySpec(
+        "instrumented_runs.pp_gpipe",
+        uses=frozenset({"microbatches"}),
+        layout="instrumented_runs.pipeline:check_layout",
+    ),
+    "pp-1f1b": StrategySpec(
+        "instrumented_runs.pp_1f1b",
+        uses=frozenset({"microbatches"}),
+        layout="instrumented_runs.pipeline:check_layout",
+    ),
+    "pp-pipedream": StrategySpec(
+        "instrumented_runs.pp_pipedream",
+        uses=frozenset({"microbatches"}),
+        layout="instrumented_runs.pipeline:check_layout",
+    ),
     "zero1": StrategySpec("instrumented_runs.zero1", precisions=frozenset({"fp32", "bf16-mixed"})),
     "zero2": StrategySpec("instrumented_runs.zero2", precisions=frozenset({"fp32", "bf16-mixed"})),
-    "zero3": StrategySpec("instrumented_runs.zero3", uses=frozenset({"prefetch"}),
-                          precisions=frozenset({"fp32", "bf16-mixed"})),
+    "zero3": StrategySpec(
+        "instrumented_runs.zero3",
+        uses=frozenset({"prefetch"}),
+        precisions=frozenset({"fp32", "bf16-mixed"}),
+    ),
     "tp": StrategySpec("instrumented_runs.tp", precisions=frozenset({"fp32", "bf16-mixed"})),
     "tp-dp": StrategySpec("instrumented_runs.tp_dp", precisions=frozenset({"fp32", "bf16-mixed"})),
-    "fsdp": StrategySpec("instrumented_runs.fsdp", uses=frozenset({"prefetch"}),
-                         precisions=frozenset({"fp32", "bf16-mixed"})),
-    "hsdp": StrategySpec("instrumented_runs.hsdp", uses=frozenset({"prefetch"}),
-                         precisions=frozenset({"fp32", "bf16-mixed"}), layout="instrumented_runs.hsdp:check_layout"),
+    "fsdp": StrategySpec(
+        "instrumented_runs.fsdp",
+        uses=frozenset({"prefetch"}),
+        precisions=frozenset({"fp32", "bf16-mixed"}),
+    ),
+    "hsdp": StrategySpec(
+        "instrumented_runs.hsdp",
+        uses=frozenset({"prefetch"}),
+        precisions=frozenset({"fp32", "bf16-mixed"}),
+        layout="instrumented_runs.hsdp:check_layout",
+    ),
 }
 
 
@@ -121,7 +141,9 @@ def validate(opts: RunOptions) -> StrategySpec:
     """The strategy's spec, or a one-line TracekitError naming the bad option."""
     spec = STRATEGIES.get(opts.strategy)
     if spec is None:
-        raise TracekitError(f"unknown strategy {opts.strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
+        raise TracekitError(
+            f"unknown strategy {opts.strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
+        )
     for name in OPTIONAL_OPTIONS:
         if getattr(opts, name) is not None and name not in spec.uses:
             raise TracekitError(f"--{name} is not used by {opts.strategy}")
@@ -141,7 +163,9 @@ def validate(opts: RunOptions) -> StrategySpec:
     if opts.precision not in ("fp32", "bf16-mixed"):
         raise TracekitError(f"--precision must be fp32 or bf16-mixed, not {opts.precision!r}")
     if opts.precision not in spec.precisions:
-        raise TracekitError(f"--precision {opts.precision} is not supported for {opts.strategy} yet")
+        raise TracekitError(
+            f"--precision {opts.precision} is not supported for {opts.strategy} yet"
+        )
     if opts.device not in ("cpu", "cuda"):
         raise TracekitError(f"--device must be cpu or cuda, not {opts.device!r}")
     if opts.backend not in (None, "gloo", "nccl"):
@@ -156,12 +180,16 @@ def validate(opts: RunOptions) -> StrategySpec:
             raise TracekitError("--device cuda asked, but this machine has no usable GPU")
         # NCCL needs a GPU per rank; gloo ranks may share one (rank r uses GPU r mod found)
         if opts.nproc > found and backend_of(opts) == "nccl":
-            raise TracekitError(f"--nproc {opts.nproc} with nccl needs {opts.nproc} GPUs, this machine has "
-                                f"{found} (gloo ranks can share a GPU: --backend gloo)")
+            raise TracekitError(
+                f"--nproc {opts.nproc} with nccl needs {opts.nproc} GPUs, this machine has "
+                f"{found} (gloo ranks can share a GPU: --backend gloo)"
+            )
     if opts.timeout is not None and opts.timeout <= 0:
         raise TracekitError("--timeout must be a positive number of seconds")
     if not _RATE.match(str(opts.inter_node_bandwidth)):
-        raise TracekitError(f"--inter-node-bandwidth {opts.inter_node_bandwidth!r} is not a tc rate such as 400mbit or 1gbit")
+        raise TracekitError(
+            f"--inter-node-bandwidth {opts.inter_node_bandwidth!r} is not a tc rate such as 400mbit or 1gbit"
+        )
     if opts.emulate_network:
         from tracekit import netns
 
@@ -178,9 +206,22 @@ def backend_of(opts: RunOptions) -> str:
 
 
 def _rank_args(opts: RunOptions, run: Path) -> list[str]:
-    args = ["--run-dir", str(run), "--steps", str(opts.steps), "--warmup", str(opts.warmup),
-            "--precision", opts.precision, "--device", opts.device, "--backend", backend_of(opts),
-            "--nodes", str(opts.nodes)]
+    args = [
+        "--run-dir",
+        str(run),
+        "--steps",
+        str(opts.steps),
+        "--warmup",
+        str(opts.warmup),
+        "--precision",
+        opts.precision,
+        "--device",
+        opts.device,
+        "--backend",
+        backend_of(opts),
+        "--nodes",
+        str(opts.nodes),
+    ]
     if opts.microbatches is not None:
         args += ["--microbatches", str(opts.microbatches)]
     if opts.prefetch is not None:
@@ -266,18 +307,26 @@ def _kill_job(proc: subprocess.Popen) -> list[dict[str, Any]]:
         _signal(pid, signal.SIGTERM, start)
     deadline = time.monotonic() + _KILL_GRACE_S
     while time.monotonic() < deadline and any(_alive(p, s) for p, s in members):
-        proc.poll()   # reap torchrun so that its pid does not linger as a zombie
+        proc.poll()  # reap torchrun so that its pid does not linger as a zombie
         time.sleep(0.05)
     stubborn = {pid for pid, start in members if _alive(pid, start)}
     for pid, start in members:
         _signal(pid, signal.SIGKILL, start)
     proc.wait()
-    return [{"rank": r, "kind": "stopped",
-             "message": "still running when the job was stopped: " + (
-                 f"killed (SIGKILL) after ignoring SIGTERM for {_KILL_GRACE_S:g} s" if pid in stubborn
-                 else "exited on SIGTERM")}
-            for pid, r in sorted(ranks.items(), key=lambda kv: kv[1] if kv[1] is not None else -1)
-            if r is not None]
+    return [
+        {
+            "rank": r,
+            "kind": "stopped",
+            "message": "still running when the job was stopped: "
+            + (
+                f"killed (SIGKILL) after ignoring SIGTERM for {_KILL_GRACE_S:g} s"
+                if pid in stubborn
+                else "exited on SIGTERM"
+            ),
+        }
+        for pid, r in sorted(ranks.items(), key=lambda kv: kv[1] if kv[1] is not None else -1)
+        if r is not None
+    ]
 
 
 def _pump(stream: TextIO, sinks: list[TextIO], keep: list[str]) -> None:
@@ -296,10 +345,13 @@ def _pump(stream: TextIO, sinks: list[TextIO], keep: list[str]) -> None:
 
 _FAILURE = re.compile(
     r"rank\s*:\s*(?P<rank>\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(?P<code>-?\d+)[^\n]*\n"
-    r"\s*error_file:\s*(?P<file>[^\n]*)\n\s*traceback\s*:\s*(?P<tb>[^\n]*)")
+    r"\s*error_file:\s*(?P<file>[^\n]*)\n\s*traceback\s*:\s*(?P<tb>[^\n]*)"
+)
 
 
-_ROOT_CAUSE = re.compile(r"Root Cause[^\n]*\n\[\d+\]:\n(?:[^\n]*\n){0,3}?\s*rank\s*:\s*(?P<rank>\d+)")
+_ROOT_CAUSE = re.compile(
+    r"Root Cause[^\n]*\n\[\d+\]:\n(?:[^\n]*\n){0,3}?\s*rank\s*:\s*(?P<rank>\d+)"
+)
 
 
 def _collect_rank_logs(run: Path, per_node: int = 0) -> dict[int, dict[str, Any]]:
@@ -307,8 +359,11 @@ def _collect_rank_logs(run: Path, per_node: int = 0) -> dict[int, dict[str, Any]
     logs = _logs_dir(run)
     errors: dict[int, dict[str, Any]] = {}
     found = [(0, d) for d in (logs / "torchrun").glob("*/attempt_*/*")]
-    found += [(int(d.parents[2].name[4:]), d) for d in (logs / "torchrun").glob("node*/*/attempt_*/*")
-              if d.parents[2].name[4:].isdigit()]
+    found += [
+        (int(d.parents[2].name[4:]), d)
+        for d in (logs / "torchrun").glob("node*/*/attempt_*/*")
+        if d.parents[2].name[4:].isdigit()
+    ]
     for node, rank_dir in sorted(found, key=lambda x: (x[0], str(x[1]))):
         if not rank_dir.name.isdigit():
             continue
@@ -317,7 +372,7 @@ def _collect_rank_logs(run: Path, per_node: int = 0) -> dict[int, dict[str, Any]
         for name in ("stdout.log", "stderr.log", "error.json"):
             src = rank_dir / name
             if src.is_file():
-                dst = logs / f"rank{rank}.{name}"          # logs/rank1.stderr.log, logs/rank1.error.json
+                dst = logs / f"rank{rank}.{name}"  # logs/rank1.stderr.log, logs/rank1.error.json
                 shutil.move(str(src), dst)
                 if name == "error.json":
                     try:
@@ -335,7 +390,9 @@ def _error_message(content: dict[str, Any]) -> str:
     return str(msg) if msg else "the rank raised (no message in its error file)"
 
 
-_COLLATERAL = re.compile(r"Connection (closed|reset) by peer|remote worker crash|Broken pipe", re.IGNORECASE)
+_COLLATERAL = re.compile(
+    r"Connection (closed|reset) by peer|remote worker crash|Broken pipe", re.IGNORECASE
+)
 
 
 def _error_time(content: dict[str, Any]) -> float:
@@ -350,28 +407,54 @@ def _rank_errors(run: Path, output: str, per_node: int = 0) -> list[dict[str, An
     ranks torchrun saw die otherwise. A peer's "Connection closed by peer" is usually collateral."""
     files = _collect_rank_logs(run, per_node)
     root = _ROOT_CAUSE.search(output)
-    root_rank = int(root["rank"]) if root else min(files, key=lambda r: (_error_time(files[r]), r), default=None)
+    root_rank = (
+        int(root["rank"])
+        if root
+        else min(files, key=lambda r: (_error_time(files[r]), r), default=None)
+    )
     # torchrun names the oldest error file, but a peer's collateral failure can be written before
     # the failing rank's own (that one first exports its trace): prefer a rank's own exception
     own = [r for r in files if not _COLLATERAL.search(_error_message(files[r]))]
     if own and (root_rank not in own):
         root_rank = min(own, key=lambda r: (_error_time(files[r]), r))
     order = sorted(files, key=lambda r: (r != root_rank, _error_time(files[r]), r))
-    errors = [{"rank": r, "kind": "exception", "message": _error_message(files[r]), "root_cause": r == root_rank}
-              for r in order]
+    errors = [
+        {
+            "rank": r,
+            "kind": "exception",
+            "message": _error_message(files[r]),
+            "root_cause": r == root_rank,
+        }
+        for r in order
+    ]
     seen = set(files)
     for m in _FAILURE.finditer(output):
         rank, code = int(m["rank"]), int(m["code"])
         if rank in seen:
             continue
         seen.add(rank)
-        signum = -code if code < 0 else code - 128 if code > 128 else 0   # harness: SIGTERM -> exit 143
+        signum = (
+            -code if code < 0 else code - 128 if code > 128 else 0
+        )  # harness: SIGTERM -> exit 143
         if signum in signal.Signals._value2member_map_:
-            errors.append({"rank": rank, "kind": "signal", "root_cause": rank == root_rank,
-                           "message": f"stopped by {signal.Signals(signum).name} (exit status {code})"})
+            errors.append(
+                {
+                    "rank": rank,
+                    "kind": "signal",
+                    "root_cause": rank == root_rank,
+                    "message": f"stopped by {signal.Signals(signum).name} (exit status {code})",
+                }
+            )
         else:
-            errors.append({"rank": rank, "kind": "exit", "message": f"exit status {code}", "root_cause": rank == root_rank})
-    errors.sort(key=lambda e: not e["root_cause"])   # stable: the root cause first
+            errors.append(
+                {
+                    "rank": rank,
+                    "kind": "exit",
+                    "message": f"exit status {code}",
+                    "root_cause": rank == root_rank,
+                }
+            )
+    errors.sort(key=lambda e: not e["root_cause"])  # stable: the root cause first
     return errors
 
 
@@ -381,7 +464,11 @@ def _fallback_run_json(opts: RunOptions, run: Path) -> dict[str, Any]:
 
     per_node = opts.nproc // opts.nodes
     host = socket.gethostname()
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items() if k != "strategy"}
+    config = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in asdict(opts).items()
+        if k != "strategy"
+    }
     return {
         "schema_version": runfolder.RUN_SCHEMA_VERSION,
         "strategy": opts.strategy,
@@ -392,15 +479,22 @@ def _fallback_run_json(opts: RunOptions, run: Path) -> dict[str, Any]:
         "precision": opts.precision,
         "versions": capture.versions(),
         "environment": capture.environment(threads_per_rank=1),
-        "topology": [{"rank": r, "node": r // per_node, "host": host, "local_rank": r} for r in range(opts.nproc)],
+        "topology": [
+            {"rank": r, "node": r // per_node, "host": host, "local_rank": r}
+            for r in range(opts.nproc)
+        ],
         "status": "failed",
         "errors": [],
     }
 
 
-def _finalise(opts: RunOptions, run: Path, status: str, errors: list[dict[str, Any]], launch: dict[str, Any]) -> None:
+def _finalise(
+    opts: RunOptions, run: Path, status: str, errors: list[dict[str, Any]], launch: dict[str, Any]
+) -> None:
     for folder in (runfolder.traces_dir(run), runfolder.nccl_dir(run)):
-        for tmp in folder.glob(".*.tmp*"):   # a rank killed while exporting leaves its temporary file
+        for tmp in folder.glob(
+            ".*.tmp*"
+        ):  # a rank killed while exporting leaves its temporary file
             tmp.unlink(missing_ok=True)
     try:
         data = runfolder.load_run_json(run)
@@ -410,7 +504,10 @@ def _finalise(opts: RunOptions, run: Path, status: str, errors: list[dict[str, A
         data = _fallback_run_json(opts, run)
         if status == "ok":
             status = "failed"
-            errors = [*errors, {"rank": 0, "kind": "missing", "message": "rank 0 never wrote run.json"}]
+            errors = [
+                *errors,
+                {"rank": 0, "kind": "missing", "message": "rank 0 never wrote run.json"},
+            ]
     data["status"] = status
     data["errors"] = [*data.get("errors", []), *errors]
     data["launch"] = launch
@@ -425,7 +522,7 @@ def _child_env(opts: RunOptions, run: Path, extra: dict[str, str] | None = None)
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("TORCHELASTIC_ERROR_FILE", None)
-    root = str(Path(__file__).resolve().parents[1])   # where tracekit and instrumented_runs live
+    root = str(Path(__file__).resolve().parents[1])  # where tracekit and instrumented_runs live
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     if backend_of(opts) == "nccl":
         env.setdefault("NCCL_DEBUG", "INFO")
@@ -434,19 +531,54 @@ def _child_env(opts: RunOptions, run: Path, extra: dict[str, str] | None = None)
     return env
 
 
-def _commands(opts: RunOptions, spec: StrategySpec, run: Path, net: Any) -> list[tuple[list[str], dict[str, str]]]:
+def _commands(
+    opts: RunOptions, spec: StrategySpec, run: Path, net: Any
+) -> list[tuple[list[str], dict[str, str]]]:
     """(command, environment) of each torchrun agent: one standalone agent, or one per emulated node."""
     logs = _logs_dir(run)
     rank_args = ["-m", spec.module, *_rank_args(opts, run)]
     if net is None:
-        return [([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(opts.nproc),
-                  "--log-dir", str(logs / "torchrun"), "--tee", "3", *rank_args], _child_env(opts, run))]
+        return [
+            (
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc-per-node",
+                    str(opts.nproc),
+                    "--log-dir",
+                    str(logs / "torchrun"),
+                    "--tee",
+                    "3",
+                    *rank_args,
+                ],
+                _child_env(opts, run),
+            )
+        ]
     run_id = f"tk{os.getpid()}-{run.name}"
-    return [(net.wrap(k, [sys.executable, "-m", "torch.distributed.run", *net.torchrun_args(k, run_id),
-                          "--nproc-per-node", str(opts.nproc // opts.nodes),
-                          "--log-dir", str(logs / "torchrun" / f"node{k}"), "--tee", "3", *rank_args]),
-             _child_env(opts, run, net.env(k, backend_of(opts))))
-            for k in range(opts.nodes)]
+    return [
+        (
+            net.wrap(
+                k,
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    *net.torchrun_args(k, run_id),
+                    "--nproc-per-node",
+                    str(opts.nproc // opts.nodes),
+                    "--log-dir",
+                    str(logs / "torchrun" / f"node{k}"),
+                    "--tee",
+                    "3",
+                    *rank_args,
+                ],
+            ),
+            _child_env(opts, run, net.env(k, backend_of(opts))),
+        )
+        for k in range(opts.nodes)
+    ]
 
 
 def _wait_all(procs: list[subprocess.Popen], timeout: float | None) -> None:
@@ -486,11 +618,13 @@ def run_job(opts: RunOptions, log: TextIO = sys.stderr) -> Path:
     previous = _on_signals(terminate)
     net = None
     try:
-        if opts.emulate_network:   # first, so that a failure leaves no half-made run folder
+        if opts.emulate_network:  # first, so that a failure leaves no half-made run folder
             from tracekit.netns import EmulatedNetwork
 
             net = EmulatedNetwork(opts.nodes, opts.inter_node_bandwidth).open()
-        run = runfolder.new_run_dir(Path(opts.out), opts.strategy, time.strftime("%Y%m%d-%H%M%S")).resolve()
+        run = runfolder.new_run_dir(
+            Path(opts.out), opts.strategy, time.strftime("%Y%m%d-%H%M%S")
+        ).resolve()
         _logs_dir(run).mkdir(parents=True, exist_ok=True)
         if backend_of(opts) == "nccl":
             runfolder.nccl_dir(run).mkdir(parents=True, exist_ok=True)
@@ -506,38 +640,74 @@ def _run_agents(opts: RunOptions, spec: StrategySpec, run: Path, net: Any, log: 
     logs = _logs_dir(run)
     commands = _commands(opts, spec, run, net)
     cmd = commands[0][0] if len(commands) == 1 else [c for c, _ in commands]
-    where = f" on {opts.nodes} emulated nodes ({opts.inter_node_bandwidth} between them)" if net else ""
+    where = (
+        f" on {opts.nodes} emulated nodes ({opts.inter_node_bandwidth} between them)" if net else ""
+    )
     print(f"tracekit: {opts.strategy} on {opts.nproc} ranks{where} -> {run}", file=log, flush=True)
     t0 = time.monotonic()
     status, errors, output_lines = "ok", [], []
-    launch_info = {"emulate_network": opts.emulate_network, "inter_node_bandwidth": opts.inter_node_bandwidth,
-                   "network": net.describe() if net is not None else None}
+    launch_info = {
+        "emulate_network": opts.emulate_network,
+        "inter_node_bandwidth": opts.inter_node_bandwidth,
+        "network": net.describe() if net is not None else None,
+    }
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     with open(logs / "launcher.log", "w") as log_file:
         try:
             for command, env in commands:
-                proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+                proc = subprocess.Popen(
+                    command,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                    errors="replace",
+                    start_new_session=True,
+                )
                 procs.append(proc)
-                pump = threading.Thread(target=_pump, args=(proc.stdout, [log, log_file], output_lines), daemon=True)
+                pump = threading.Thread(
+                    target=_pump, args=(proc.stdout, [log, log_file], output_lines), daemon=True
+                )
                 pump.start()
                 pumps.append(pump)
             _wait_all(procs, opts.timeout)
         except subprocess.TimeoutExpired:
             stopped = [e for proc in procs for e in _kill_job(proc)]
             status = "timeout"
-            errors.append({"rank": None, "kind": "timeout", "message": f"job killed after the {opts.timeout:g} s timeout"})
+            errors.append(
+                {
+                    "rank": None,
+                    "kind": "timeout",
+                    "message": f"job killed after the {opts.timeout:g} s timeout",
+                }
+            )
             errors += stopped
         except KeyboardInterrupt as exc:
             for proc in procs:
                 _kill_job(proc)
             for pump in pumps:
                 pump.join(timeout=2)
-            how = f"interrupted ({exc.args[0]})" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
-            _finalise(opts, run, "failed", [{"rank": None, "kind": "interrupted", "message": how}],
-                      {"command": cmd, "returncode": [p.returncode for p in procs] if net else
-                       (procs[0].returncode if procs else None), "wall_s": time.monotonic() - t0, **launch_info})
+            how = (
+                f"interrupted ({exc.args[0]})"
+                if isinstance(exc, Terminated)
+                else "interrupted (Ctrl-C)"
+            )
+            _finalise(
+                opts,
+                run,
+                "failed",
+                [{"rank": None, "kind": "interrupted", "message": how}],
+                {
+                    "command": cmd,
+                    "returncode": [p.returncode for p in procs]
+                    if net
+                    else (procs[0].returncode if procs else None),
+                    "wall_s": time.monotonic() - t0,
+                    **launch_info,
+                },
+            )
             raise
         for pump in pumps:
             pump.join(timeout=5)
@@ -546,12 +716,24 @@ def _run_agents(opts: RunOptions, spec: StrategySpec, run: Path, net: Any, log: 
     rank_errors = _rank_errors(run, "".join(output_lines), opts.nproc // opts.nodes if net else 0)
     if status == "ok" and rc != 0:
         status = "failed"
-        errors = rank_errors or [{"rank": None, "kind": "exit", "message": f"torchrun exited with status {rc}"}]
+        errors = rank_errors or [
+            {"rank": None, "kind": "exit", "message": f"torchrun exited with status {rc}"}
+        ]
     elif status == "timeout":
         errors += rank_errors
     wall = time.monotonic() - t0
-    _finalise(opts, run, status, errors,
-              {"command": cmd, "returncode": codes if net else rc, "wall_s": round(wall, 3),
-               "timeout_s": opts.timeout, **launch_info})
+    _finalise(
+        opts,
+        run,
+        status,
+        errors,
+        {
+            "command": cmd,
+            "returncode": codes if net else rc,
+            "wall_s": round(wall, 3),
+            "timeout_s": opts.timeout,
+            **launch_info,
+        },
+    )
     print(f"tracekit: {opts.strategy} {status} in {wall:.1f} s", file=log, flush=True)
     return run

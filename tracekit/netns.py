@@ -25,6 +25,7 @@ deletes the node namespaces (which destroys their veths) and the hub. The launch
 killed with SIGKILL leaves its namespaces, which the next ``EmulatedNetwork`` sweeps
 (``sweep()``: namespaces named tk<pid>... whose launcher pid is gone).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,20 +41,32 @@ from tracekit.errors import TracekitError
 
 SUBNET = "10.213.0"
 PREFIX = 24
-HOST_OFFSET = 100          # node k's address is SUBNET.<100+k>: sorts as a number (see above)
+HOST_OFFSET = 100  # node k's address is SUBNET.<100+k>: sorts as a number (see above)
 MAX_NODES = 99
 RDZV_PORT = 29400
 _NAME = re.compile(r"^tk(\d+)(?:n\d+|h)$")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$")
-_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-               "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+_RATE_UNITS = {
+    "bit": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "bps": 8,
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+    "tbps": 8e12,
+}
 
 
 def rate_bits(rate: str) -> float:
     """tc's rate syntax -> bits per second (tc: ``mbit`` is 10^6 bit/s, ``mbps`` 10^6 bytes/s)."""
     m = _RATE.match(str(rate).strip().lower())
     if not m:
-        raise TracekitError(f"--inter-node-bandwidth {rate!r} is not a tc rate such as 400mbit or 1gbit")
+        raise TracekitError(
+            f"--inter-node-bandwidth {rate!r} is not a tc rate such as 400mbit or 1gbit"
+        )
     return float(m[1]) * _RATE_UNITS[m[2]]
 
 
@@ -92,6 +105,7 @@ def our_namespaces() -> list[str]:
 
 def _kill_inside(names: list[str], grace_s: float = 3.0) -> None:
     """SIGTERM, then SIGKILL, every process inside these namespaces (ours by construction)."""
+
     def pids() -> list[int]:
         found = []
         for ns in names:
@@ -116,7 +130,7 @@ def _kill_inside(names: list[str], grace_s: float = 3.0) -> None:
 
 def _delete(names: list[str]) -> None:
     _kill_inside(names)
-    for ns in sorted(names, key=lambda n: n.endswith("h")):   # nodes first, then the hub
+    for ns in sorted(names, key=lambda n: n.endswith("h")):  # nodes first, then the hub
         _ip("netns", "delete", ns, check=False)
 
 
@@ -139,7 +153,9 @@ class EmulatedNetwork:
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= MAX_NODES:
-            raise TracekitError(f"--emulate-network supports 1 to {MAX_NODES} nodes, not {self.nodes}")
+            raise TracekitError(
+                f"--emulate-network supports 1 to {MAX_NODES} nodes, not {self.nodes}"
+            )
         rate_bits(self.rate)
 
     # names and addresses
@@ -164,12 +180,28 @@ class EmulatedNetwork:
 
     def _tbf(self, ns: str, dev: str) -> None:
         bits = rate_bits(self.rate)
-        burst = max(64 * 1024, int(bits / 8 * 0.002))      # 2 ms at line rate, and a GSO packet
-        _ip("netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
-            "burst", str(burst), "latency", "100ms")
+        burst = max(64 * 1024, int(bits / 8 * 0.002))  # 2 ms at line rate, and a GSO packet
+        _ip(
+            "netns",
+            "exec",
+            ns,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "root",
+            "tbf",
+            "rate",
+            self.rate,
+            "burst",
+            str(burst),
+            "latency",
+            "100ms",
+        )
 
     # life cycle
-    def open(self) -> "EmulatedNetwork":
+    def open(self) -> EmulatedNetwork:
         """Create the namespaces, veths, bridge and shaping; on any failure remove what was made."""
         reason = unavailable()
         if reason:
@@ -183,17 +215,32 @@ class EmulatedNetwork:
                 ns, dev, port = self.namespace(k), self.interface(k), f"tkp{k}"
                 self._add(ns)
                 _ip("-n", ns, "link", "set", "lo", "up")
-                _ip("-n", ns, "link", "add", dev, "type", "veth", "peer", "name", port, "netns", self.hub)
+                _ip(
+                    "-n",
+                    ns,
+                    "link",
+                    "add",
+                    dev,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    port,
+                    "netns",
+                    self.hub,
+                )
                 _ip("-n", ns, "addr", "add", f"{self.address(k)}/{PREFIX}", "dev", dev)
                 _ip("-n", ns, "link", "set", dev, "up")
                 _ip("-n", self.hub, "link", "set", port, "master", "tkbr")
                 _ip("-n", self.hub, "link", "set", port, "up")
-                self._tbf(ns, dev)            # what node k sends
-                self._tbf(self.hub, port)     # what node k receives
+                self._tbf(ns, dev)  # what node k sends
+                self._tbf(self.hub, port)  # what node k receives
         except subprocess.CalledProcessError as exc:
             self.close()
             msg = (exc.stderr or "").strip().splitlines()
-            raise TracekitError(f"--emulate-network: '{' '.join(exc.cmd)}' failed: {msg[-1] if msg else exc}") from None
+            raise TracekitError(
+                f"--emulate-network: '{' '.join(exc.cmd)}' failed: {msg[-1] if msg else exc}"
+            ) from None
         except BaseException:
             self.close()
             raise
@@ -209,7 +256,7 @@ class EmulatedNetwork:
             _delete(list(self.created))
             self.created.clear()
 
-    def __enter__(self) -> "EmulatedNetwork":
+    def __enter__(self) -> EmulatedNetwork:
         return self.open()
 
     def __exit__(self, *exc: object) -> None:
@@ -225,19 +272,46 @@ class EmulatedNetwork:
         GLOO_SOCKET_IFNAME; NCCL would otherwise see one host and use shared memory)."""
         env = {"GLOO_SOCKET_IFNAME": self.interface(k), "TRACEKIT_EMULATED_NODE": str(k)}
         if backend == "nccl":
-            env.update(NCCL_SOCKET_IFNAME=self.interface(k), NCCL_HOSTID=f"tk-node{k}", NCCL_IB_DISABLE="1")
+            env.update(
+                NCCL_SOCKET_IFNAME=self.interface(k), NCCL_HOSTID=f"tk-node{k}", NCCL_IB_DISABLE="1"
+            )
         return env
 
     def torchrun_args(self, k: int, run_id: str) -> list[str]:
         """torchrun's multi-node rendezvous options for node k (the agent of node 0 hosts the store)."""
-        return ["--nnodes", str(self.nodes), "--node-rank", str(k), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", self.rdzv_endpoint, "--rdzv-id", run_id,
-                "--rdzv-conf", f"is_host={1 if k == 0 else 0}", "--local-addr", self.address(k)]
+        return [
+            "--nnodes",
+            str(self.nodes),
+            "--node-rank",
+            str(k),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            self.rdzv_endpoint,
+            "--rdzv-id",
+            run_id,
+            "--rdzv-conf",
+            f"is_host={1 if k == 0 else 0}",
+            "--local-addr",
+            self.address(k),
+        ]
 
     def describe(self) -> dict[str, object]:
         """What run.json records under launch.network."""
-        return {"kind": "linux network namespaces", "rate": self.rate, "rate_bits_per_s": rate_bits(self.rate),
-                "shaping": "tc tbf on every node's veth, both directions", "subnet": f"{SUBNET}.0/{PREFIX}",
-                "nodes": [{"node": k, "namespace": self.namespace(k), "interface": self.interface(k),
-                           "address": self.address(k)} for k in range(self.nodes)],
-                "rdzv_endpoint": self.rdzv_endpoint}
+        return {
+            "kind": "linux network namespaces",
+            "rate": self.rate,
+            "rate_bits_per_s": rate_bits(self.rate),
+            "shaping": "tc tbf on every node's veth, both directions",
+            "subnet": f"{SUBNET}.0/{PREFIX}",
+            "nodes": [
+                {
+                    "node": k,
+                    "namespace": self.namespace(k),
+                    "interface": self.interface(k),
+                    "address": self.address(k),
+                }
+                for k in range(self.nodes)
+            ],
+            "rdzv_endpoint": self.rdzv_endpoint,
+        }

@@ -14,14 +14,16 @@ event of all runs written, so every rank shares one clock. The JSON rows are wri
 (``write_ndjson`` rows joined into one array), never by a Python loop over events; plain events
 carry ``kind``/``device`` args, collective ones also ``op``, ``bytes``, ``group``, ``peer``.
 """
+
 from __future__ import annotations
 
 import io
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -37,14 +39,22 @@ def _merge_runs(tl: pl.DataFrame, member: pl.Expr) -> pl.DataFrame:
     """Adjacent timeline segments of one rank that are all in a set, merged into spans."""
     t = tl.sort("rank", "start_ns").with_columns(member.alias("_in"))
     t = t.with_columns(
-        ((pl.col("_in") != pl.col("_in").shift(1).over("rank"))
-         | (pl.col("start_ns") != pl.col("end_ns").shift(1).over("rank"))).fill_null(True).cum_sum().alias("_run")
+        (
+            (pl.col("_in") != pl.col("_in").shift(1).over("rank"))
+            | (pl.col("start_ns") != pl.col("end_ns").shift(1).over("rank"))
+        )
+        .fill_null(True)
+        .cum_sum()
+        .alias("_run")
     )
     return (
         t.filter(pl.col("_in"))
         .group_by("rank", "_run")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max(),
-             (pl.col("state") == "comm").any().alias("exposed"))
+        .agg(
+            pl.col("start_ns").min(),
+            pl.col("end_ns").max(),
+            (pl.col("state") == "comm").any().alias("exposed"),
+        )
         .drop("_run")
     )
 
@@ -66,7 +76,9 @@ def _ndjson_rows(df: pl.DataFrame) -> str:
     return buf.getvalue().decode("utf-8").rstrip("\n").replace("\n", ",")
 
 
-def _run_parts(analysis: Any, pid_base: int, t0: int, label: str | None) -> tuple[list[str], list[dict]]:
+def _run_parts(
+    analysis: Any, pid_base: int, t0: int, label: str | None
+) -> tuple[list[str], list[dict]]:
     """(chunks of JSON rows, metadata events) of one analysis."""
     events: pl.DataFrame = analysis.events
     chunks: list[str] = []
@@ -75,27 +87,63 @@ def _run_parts(analysis: Any, pid_base: int, t0: int, label: str | None) -> tupl
     tl = frame(analysis, "timeline")
     if tl is not None:
         ranks = sorted(set(ranks) | set(tl.get_column("rank").unique().to_list()))
-    host = {getattr(i, "rank", None): getattr(i, "host_name", None) for i in getattr(analysis, "infos", []) or []}
+    host = {
+        getattr(i, "rank", None): getattr(i, "host_name", None)
+        for i in getattr(analysis, "infos", []) or []
+    }
     for r in ranks:
         name = f"rank {r}" + (f" ({host[r]})" if host.get(r) else "")
         if label:
             name = f"{label} · {name}"
-        meta.append({"ph": "M", "name": "process_name", "pid": pid_base + int(r), "tid": 0, "args": {"name": name}})
-        meta.append({"ph": "M", "name": "process_sort_index", "pid": pid_base + int(r), "tid": 0,
-                     "args": {"sort_index": pid_base + int(r)}})
+        meta.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid_base + int(r),
+                "tid": 0,
+                "args": {"name": name},
+            }
+        )
+        meta.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid_base + int(r),
+                "tid": 0,
+                "args": {"sort_index": pid_base + int(r)},
+            }
+        )
         for track in TRACKS:
-            meta.append({"ph": "M", "name": "thread_name", "pid": pid_base + int(r), "tid": TRACK_TID[track],
-                         "args": {"name": f"tracekit: {track}"}})
-            meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid_base + int(r), "tid": TRACK_TID[track],
-                         "args": {"sort_index": -10 + TRACKS.index(track)}})
+            meta.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid_base + int(r),
+                    "tid": TRACK_TID[track],
+                    "args": {"name": f"tracekit: {track}"},
+                }
+            )
+            meta.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pid_base + int(r),
+                    "tid": TRACK_TID[track],
+                    "args": {"sort_index": -10 + TRACKS.index(track)},
+                }
+            )
 
     if events.height:
-        events = events.with_columns(pl.col(c).cast(pl.Utf8).fill_null("") for c in ("device", "pid", "tid"))
+        events = events.with_columns(
+            pl.col(c).cast(pl.Utf8).fill_null("") for c in ("device", "pid", "tid")
+        )
         threads = (
             events.select("rank", "device", "pid", "tid", "thread_name", "stream")
             .unique(["rank", "device", "pid", "tid"], keep="first")
             .sort("rank", "device", "pid", "tid")
-            .with_columns(pl.int_range(1, pl.len() + 1).over("rank").cast(pl.Int64).alias("tid_out"))
+            .with_columns(
+                pl.int_range(1, pl.len() + 1).over("rank").cast(pl.Int64).alias("tid_out")
+            )
         )
         for row in threads.iter_rows(named=True):
             if row["device"] == "gpu":
@@ -103,55 +151,96 @@ def _run_parts(analysis: Any, pid_base: int, t0: int, label: str | None) -> tupl
             else:
                 tname = row["thread_name"] or f"thread {row['tid']}"
                 tname = f"cpu {row['pid']} {tname}"
-            meta.append({"ph": "M", "name": "thread_name", "pid": pid_base + int(row["rank"]),
-                         "tid": int(row["tid_out"]), "args": {"name": tname}})
+            meta.append(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid_base + int(row["rank"]),
+                    "tid": int(row["tid_out"]),
+                    "args": {"name": tname},
+                }
+            )
         args = [c for c in ARG_COLUMNS if c in events.columns]
         extra = [c for c in args if c not in ("kind", "device")]
-        ev = events.join(threads.select("rank", "device", "pid", "tid", "tid_out"),
-                         on=["rank", "device", "pid", "tid"], how="left")
-        has_extra = pl.any_horizontal([pl.col(c).is_not_null() for c in extra]) if extra else pl.lit(False)
+        ev = events.join(
+            threads.select("rank", "device", "pid", "tid", "tid_out"),
+            on=["rank", "device", "pid", "tid"],
+            how="left",
+        )
+        has_extra = (
+            pl.any_horizontal([pl.col(c).is_not_null() for c in extra]) if extra else pl.lit(False)
+        )
         # plain events carry kind and device only; collective ones their op, bytes, group, peer too
-        for mask, cols in ((~has_extra, [c for c in args if c in ("kind", "device")]), (has_extra, args)):
+        for mask, cols in (
+            (~has_extra, [c for c in args if c in ("kind", "device")]),
+            (has_extra, args),
+        ):
             part = ev.filter(mask)
             if part.height == 0:
                 continue
-            chunks.append(_ndjson_rows(part.select(
-                pl.col("name").fill_null(""),
-                pl.col("cat").fill_null(""),
-                pl.lit("X").alias("ph"),
-                _us("start_ns", t0).alias("ts"),
-                _dur(t0),
-                (pl.col("rank").cast(pl.Int64) + pid_base).alias("pid"),
-                pl.col("tid_out").alias("tid"),
-                pl.struct(*cols).alias("args"),
-            )))
+            chunks.append(
+                _ndjson_rows(
+                    part.select(
+                        pl.col("name").fill_null(""),
+                        pl.col("cat").fill_null(""),
+                        pl.lit("X").alias("ph"),
+                        _us("start_ns", t0).alias("ts"),
+                        _dur(t0),
+                        (pl.col("rank").cast(pl.Int64) + pid_base).alias("pid"),
+                        pl.col("tid_out").alias("tid"),
+                        pl.struct(*cols).alias("args"),
+                    )
+                )
+            )
 
     if tl is not None and tl.height:
-        for track, member in (("compute", pl.col("state").is_in(["compute", "overlap"])),
-                              ("communication", pl.col("state").is_in(["overlap", "comm"])),
-                              ("idle", pl.col("state") == "idle")):
+        for track, member in (
+            ("compute", pl.col("state").is_in(["compute", "overlap"])),
+            ("communication", pl.col("state").is_in(["overlap", "comm"])),
+            ("idle", pl.col("state") == "idle"),
+        ):
             spans = _merge_runs(tl, member)
             if track == "communication":
                 args = pl.struct(pl.col("exposed").alias("exposed_somewhere")).alias("args")
             else:
                 args = pl.struct(pl.lit(track).alias("state")).alias("args")
-            chunks.append(_ndjson_rows(spans.select(
-                pl.lit(track).alias("name"), pl.lit("tracekit").alias("cat"), pl.lit("X").alias("ph"),
-                _us("start_ns", t0).alias("ts"), _dur(t0),
-                (pl.col("rank").cast(pl.Int64) + pid_base).alias("pid"),
-                pl.lit(TRACK_TID[track], pl.Int64).alias("tid"), args,
-            )))
+            chunks.append(
+                _ndjson_rows(
+                    spans.select(
+                        pl.lit(track).alias("name"),
+                        pl.lit("tracekit").alias("cat"),
+                        pl.lit("X").alias("ph"),
+                        _us("start_ns", t0).alias("ts"),
+                        _dur(t0),
+                        (pl.col("rank").cast(pl.Int64) + pid_base).alias("pid"),
+                        pl.lit(TRACK_TID[track], pl.Int64).alias("tid"),
+                        args,
+                    )
+                )
+            )
     bubbles = frame(analysis, "bubbles")
     if bubbles is not None and bubbles.height:
         extra = [c for c in ("stage", "step", "phase") if c in bubbles.columns]
-        chunks.append(_ndjson_rows(bubbles.select(
-            pl.concat_str([pl.lit("bubble ("), pl.col("phase").cast(pl.Utf8).fill_null("?"), pl.lit(")")]).alias("name"),
-            pl.lit("tracekit").alias("cat"), pl.lit("X").alias("ph"),
-            _us("start_ns", t0).alias("ts"), _dur(t0),
-            (pl.col("rank").cast(pl.Int64) + pid_base).alias("pid"),
-            pl.lit(TRACK_TID["bubble"], pl.Int64).alias("tid"),
-            pl.struct(*extra).alias("args"),
-        )))
+        chunks.append(
+            _ndjson_rows(
+                bubbles.select(
+                    pl.concat_str(
+                        [
+                            pl.lit("bubble ("),
+                            pl.col("phase").cast(pl.Utf8).fill_null("?"),
+                            pl.lit(")"),
+                        ]
+                    ).alias("name"),
+                    pl.lit("tracekit").alias("cat"),
+                    pl.lit("X").alias("ph"),
+                    _us("start_ns", t0).alias("ts"),
+                    _dur(t0),
+                    (pl.col("rank").cast(pl.Int64) + pid_base).alias("pid"),
+                    pl.lit(TRACK_TID["bubble"], pl.Int64).alias("tid"),
+                    pl.struct(*extra).alias("args"),
+                )
+            )
+        )
     return [c for c in chunks if c], meta
 
 
@@ -175,8 +264,15 @@ def write_perfetto(analyses: Sequence[Any], out: Path, labels: Sequence[str] | N
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write('{"displayTimeUnit":"ms","otherData":')
-            f.write(json.dumps({"producer": "tracekit", "time_origin_ns": t0,
-                                "runs": [str(a.path) for a in analyses]}))
+            f.write(
+                json.dumps(
+                    {
+                        "producer": "tracekit",
+                        "time_origin_ns": t0,
+                        "runs": [str(a.path) for a in analyses],
+                    }
+                )
+            )
             f.write(',"traceEvents":[')
             first = True
             for i, a in enumerate(analyses):

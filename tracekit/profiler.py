@@ -34,6 +34,7 @@ calls); ``tracekit.StepProfiler`` is the same object as a Lightning / Hugging Fa
 callback (duck-typed: ``on_train_begin``/``on_train_start``, ``on_step_end``/
 ``on_train_batch_end``, ``on_train_end``; every other ``on_*`` hook does nothing).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -47,8 +48,9 @@ import sys
 import threading
 import time
 import warnings as _warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -105,9 +107,17 @@ def _nccl_log_path() -> str | None:
 def _me(rank: int) -> dict[str, Any]:
     node, node_var = _env_int(_NODE_VARS)
     local, local_var = _env_int(_LOCAL_VARS)
-    return {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
-            "node_env": node, "node_var": node_var, "local_env": local, "local_var": local_var,
-            "threads": torch.get_num_threads(), "cpus": _cpus()}
+    return {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "node_env": node,
+        "node_var": node_var,
+        "local_env": local,
+        "local_var": local_var,
+        "threads": torch.get_num_threads(),
+        "cpus": _cpus(),
+    }
 
 
 def topology(everyone: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, list[str]]:
@@ -128,8 +138,10 @@ def topology(everyone: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str,
     if len(node_vars) == 1 and None not in node_vars:
         split = sorted(n for n, h in hosts_of.items() if len(h) > 1)
         if split:
-            notes.append(f"{node_vars.pop()} puts several hosts on node(s) {split}; nodes taken "
-                         "from the host names instead")
+            notes.append(
+                f"{node_vars.pop()} puts several hosts on node(s) {split}; nodes taken "
+                "from the host names instead"
+            )
         else:
             source = node_vars.pop()
     order: dict[str, int] = {}
@@ -156,10 +168,12 @@ def oversubscription(everyone: list[dict[str, Any]]) -> list[str]:
         if threads > cpus:
             per_rank = sorted({m["threads"] for m in ranks})
             fair = max(1, cpus // len(ranks))
-            out.append(f"host {host}: {len(ranks)} ranks x {'/'.join(map(str, per_rank))} threads "
-                       f"= {threads} threads on {cpus} CPUs: the ranks oversubscribe the CPUs and "
-                       f"timings suffer; call torch.set_num_threads({fair}) in each rank (or set "
-                       f"OMP_NUM_THREADS={fair})")
+            out.append(
+                f"host {host}: {len(ranks)} ranks x {'/'.join(map(str, per_rank))} threads "
+                f"= {threads} threads on {cpus} CPUs: the ranks oversubscribe the CPUs and "
+                f"timings suffer; call torch.set_num_threads({fair}) in each rank (or set "
+                f"OMP_NUM_THREADS={fair})"
+            )
     return out
 
 
@@ -180,7 +194,7 @@ def _versions(backend: str | None) -> dict[str, Any]:
 def _update_run_json(run: Path, change: Callable[[dict[str, Any]], None]) -> None:
     """Read-modify-write run.json under a lock, so a failing rank and rank 0 never clobber
     each other's entries (flock: best effort on network file systems)."""
-    fd = os.open(run, os.O_RDONLY)   # flock on the run folder itself: no lock file left behind
+    fd = os.open(run, os.O_RDONLY)  # flock on the run folder itself: no lock file left behind
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -190,7 +204,7 @@ def _update_run_json(run: Path, change: Callable[[dict[str, Any]], None]) -> Non
         change(data)
         runfolder.write_json_atomic(runfolder.run_json_path(run), data)
     finally:
-        os.close(fd)   # releases the lock
+        os.close(fd)  # releases the lock
 
 
 # --- the profiler --------------------------------------------------------------------------------
@@ -200,16 +214,29 @@ class Profiler:
     """One rank's profiling session; use through :func:`profile`, :func:`profiled` or
     :class:`StepProfiler`. ``step()`` once per training step."""
 
-    def __init__(self, out_dir: str | Path | None = None, *, wait: int = 1, warmup: int = 1,
-                 active: int = 3, repeat: int = 1, record_shapes: bool = True,
-                 profile_memory: bool = True, with_stack: bool = False,
-                 run_dir: str | Path | None = None, device: str | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: str | Path | None = None,
+        *,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        record_shapes: bool = True,
+        profile_memory: bool = True,
+        with_stack: bool = False,
+        run_dir: str | Path | None = None,
+        device: str | None = None,
+    ) -> None:
         if min(wait, warmup, repeat) < 0 or active < 1:
             raise ValueError("wait, warmup and repeat must be >= 0 and active >= 1")
         self.out_dir = Path(out_dir) if out_dir is not None else Path("runs")
         self.schedule = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
-        self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
-                        "with_stack": with_stack}
+        self.options = {
+            "record_shapes": record_shapes,
+            "profile_memory": profile_memory,
+            "with_stack": with_stack,
+        }
         self._given_run_dir = None if run_dir is None else Path(run_dir)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.run_dir: Path | None = None
@@ -231,18 +258,21 @@ class Profiler:
     @property
     def schedule_done(self) -> bool:
         """Every cycle of the schedule has been recorded (never, with repeat=0)."""
-        return self.schedule["repeat"] > 0 and self.steps >= self.steps_per_cycle * self.schedule["repeat"]
+        return (
+            self.schedule["repeat"] > 0
+            and self.steps >= self.steps_per_cycle * self.schedule["repeat"]
+        )
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
         frame, level = sys._getframe(0), 1
-        while frame is not None and frame.f_code.co_filename == __file__:   # point at user code
+        while frame is not None and frame.f_code.co_filename == __file__:  # point at user code
             frame, level = frame.f_back, level + 1
         _warnings.warn(message, ProfileWarning, stacklevel=level)
 
     # --- start -------------------------------------------------------------------------------
 
-    def start(self) -> "Profiler":
+    def start(self) -> Profiler:
         if self.started:
             raise RuntimeError("this profiler was already started")
         self.started = True
@@ -255,9 +285,11 @@ class Profiler:
         else:
             claimed = os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS")
             if claimed and claimed.isdigit() and int(claimed) > 1:
-                self._warn(f"the launcher says {claimed} ranks but torch.distributed is not "
-                           "initialised: profiling this process as a one-rank run (call "
-                           "init_process_group before tracekit.profile)")
+                self._warn(
+                    f"the launcher says {claimed} ranks but torch.distributed is not "
+                    "initialised: profiling this process as a one-rank run (call "
+                    "init_process_group before tracekit.profile)"
+                )
         self.run_dir = self._agree_on_run_dir(distributed)
         everyone = [_me(self.rank)]
         if distributed:
@@ -267,11 +299,14 @@ class Profiler:
         for note in notes + oversubscription(everyone):
             self._warn(note)
         if self.backend and "nccl" in self.backend and not os.environ.get("NCCL_DEBUG_FILE"):
-            self._warn("no NCCL logs captured: set NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,"
-                       "TUNING NCCL_DEBUG_FILE=<dir>/%h.%p.log before init_process_group")
+            self._warn(
+                "no NCCL logs captured: set NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,"
+                "TUNING NCCL_DEBUG_FILE=<dir>/%h.%p.log before init_process_group"
+            )
         if self.rank == 0:
-            runfolder.write_json_atomic(runfolder.run_json_path(self.run_dir),
-                                        self._run_json(topo, source, everyone))
+            runfolder.write_json_atomic(
+                runfolder.run_json_path(self.run_dir), self._run_json(topo, source, everyone)
+            )
         self._catch_sigterm()
         self._prof = self._torch_profiler()
         self._prof.__enter__()
@@ -283,7 +318,9 @@ class Profiler:
         else:
             box: list[Any] = [None]
             if self.rank == 0:
-                box[0] = str(runfolder.new_run_dir(self.out_dir, STRATEGY, time.strftime("%Y%m%d-%H%M%S")))
+                box[0] = str(
+                    runfolder.new_run_dir(self.out_dir, STRATEGY, time.strftime("%Y%m%d-%H%M%S"))
+                )
             if distributed:
                 dist.broadcast_object_list(box, src=0, group=self._group)
             run = Path(box[0])
@@ -291,14 +328,22 @@ class Profiler:
         return run.resolve()
 
     def _run_json(self, topo: list[dict], source: str, everyone: list[dict]) -> dict[str, Any]:
-        gpu = torch.cuda.get_device_name() if self.device.startswith("cuda") and torch.cuda.is_available() else None
+        gpu = (
+            torch.cuda.get_device_name()
+            if self.device.startswith("cuda") and torch.cuda.is_available()
+            else None
+        )
         env = capture.environment(threads_per_rank=max(m["threads"] for m in everyone), gpu=gpu)
         env["threads_by_rank"] = [m["threads"] for m in sorted(everyone, key=lambda m: m["rank"])]
         return {
             "schema_version": runfolder.RUN_SCHEMA_VERSION,
             "strategy": STRATEGY,
-            "config": {**self.schedule, **self.options, "steps": self.schedule["active"],
-                       "script": sys.argv[0] if sys.argv else None},
+            "config": {
+                **self.schedule,
+                **self.options,
+                "steps": self.schedule["active"],
+                "script": sys.argv[0] if sys.argv else None,
+            },
             "world_size": self.world_size,
             "backend": self.backend,
             "device": self.device,
@@ -320,8 +365,11 @@ class Profiler:
         with _warnings.catch_warnings():
             _warnings.filterwarnings("ignore", message=".*warmup.*")
             return torch.profiler.profile(
-                activities=activities, schedule=torch.profiler.schedule(**self.schedule),
-                on_trace_ready=self._on_trace_ready, **self.options)
+                activities=activities,
+                schedule=torch.profiler.schedule(**self.schedule),
+                on_trace_ready=self._on_trace_ready,
+                **self.options,
+            )
 
     def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
         """Each finished cycle: move the previous one to traces/cycles/, write this one."""
@@ -376,8 +424,12 @@ class Profiler:
         if distributed:
             capture.dump_flight_recorder(self.run_dir, self.rank)
         self._copy_nccl_log()
-        mine = {"rank": self.rank, "trace": runfolder.trace_path(self.run_dir, self.rank).is_file(),
-                "steps": self.steps, "cycles": self.cycles}
+        mine = {
+            "rank": self.rank,
+            "trace": runfolder.trace_path(self.run_dir, self.rank).is_file(),
+            "steps": self.steps,
+            "cycles": self.cycles,
+        }
         if error is not None:
             self._record_error(error)
             return
@@ -409,9 +461,11 @@ class Profiler:
         need = self.steps_per_cycle
         if self.steps < need:
             taken = f"{self.steps} step" + ("" if self.steps == 1 else "s")
-            notes.append(f"only {taken} taken; one cycle of the schedule needs "
-                         f"{need} (wait {self.schedule['wait']} + warmup {self.schedule['warmup']} "
-                         f"+ active {self.schedule['active']}): the trace is cut short")
+            notes.append(
+                f"only {taken} taken; one cycle of the schedule needs "
+                f"{need} (wait {self.schedule['wait']} + warmup {self.schedule['warmup']} "
+                f"+ active {self.schedule['active']}): the trace is cut short"
+            )
         without = sorted(m["rank"] for m in everyone if not m["trace"])
         if without:
             notes.append(f"ranks {without} wrote no trace")
@@ -445,26 +499,44 @@ class Profiler:
 
     # --- context manager ----------------------------------------------------------------------
 
-    def __enter__(self) -> "Profiler":
+    def __enter__(self) -> Profiler:
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.stop(exc)
 
 
-def profile(out_dir: str | Path | None = None, *, wait: int = 1, warmup: int = 1, active: int = 3,
-            repeat: int = 1, record_shapes: bool = True, profile_memory: bool = True,
-            with_stack: bool = False, run_dir: str | Path | None = None,
-            device: str | None = None) -> Profiler:
+def profile(
+    out_dir: str | Path | None = None,
+    *,
+    wait: int = 1,
+    warmup: int = 1,
+    active: int = 3,
+    repeat: int = 1,
+    record_shapes: bool = True,
+    profile_memory: bool = True,
+    with_stack: bool = False,
+    run_dir: str | Path | None = None,
+    device: str | None = None,
+) -> Profiler:
     """``with tracekit.profile(out_dir) as prof: ... prof.step()``: see the module docstring.
 
     ``out_dir`` (default ``./runs``) is the parent of the new run folder ``user-<stamp>``;
     ``run_dir`` names the run folder itself instead. ``device`` adds CUDA activity when it is
     "cuda" (default: when CUDA is available).
     """
-    return Profiler(out_dir, wait=wait, warmup=warmup, active=active, repeat=repeat,
-                    record_shapes=record_shapes, profile_memory=profile_memory,
-                    with_stack=with_stack, run_dir=run_dir, device=device)
+    return Profiler(
+        out_dir,
+        wait=wait,
+        warmup=warmup,
+        active=active,
+        repeat=repeat,
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_stack=with_stack,
+        run_dir=run_dir,
+        device=device,
+    )
 
 
 class StepProfiler(Profiler):
@@ -513,6 +585,7 @@ def profiled(out_dir: str | Path | None = None, **options: Any) -> Callable[[F],
     The profiler starts at the first call and stops after ``(wait + warmup + active) * repeat``
     calls (or at interpreter exit); ``fn.profiler`` is the :class:`StepProfiler`.
     """
+
     def decorate(fn: F) -> F:
         prof = StepProfiler(out_dir, **options)
 

@@ -16,6 +16,7 @@ a temporary name beside OUT and renamed, so nothing half-written is ever left.
   ``csv`` / ``parquet``: the per-rank tables of all runs with a ``run`` column;
   ``perfetto``: tracekit.perfetto's merged Chrome trace.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,8 +26,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -34,8 +36,14 @@ from tracekit import figures as F
 from tracekit.errors import TracekitError
 
 FORMATS = {
-    "html": "html", "pdf": "pdf", "png": "png", "md": "md", "json": "json",
-    "csv": "csv", "parquet": "parquet", "perfetto": "perfetto.json",
+    "html": "html",
+    "pdf": "pdf",
+    "png": "png",
+    "md": "md",
+    "json": "json",
+    "csv": "csv",
+    "parquet": "parquet",
+    "perfetto": "perfetto.json",
 }
 REPORT_SCHEMA_VERSION = 1
 IMAGE_WIDTH = 1100
@@ -55,8 +63,10 @@ def run_names(paths: Sequence[Path]) -> list[str]:
     """Short distinct names: the folder (or file) name, its parent added where two collide."""
     paths = [Path(p) for p in paths]
     base = [p.name or Path(os.path.abspath(p)).name or str(p) for p in paths]
-    names = [f"{Path(os.path.abspath(p)).parent.name}/{b}" if base.count(b) > 1 else b
-             for p, b in zip(paths, base)]
+    names = [
+        f"{Path(os.path.abspath(p)).parent.name}/{b}" if base.count(b) > 1 else b
+        for p, b in zip(paths, base)
+    ]
     seen: dict[str, int] = {}
     out = []
     for n in names:
@@ -66,6 +76,7 @@ def run_names(paths: Sequence[Path]) -> list[str]:
 
 
 # ---------------------------------------------------------------- tables (text cells, unescaped)
+
 
 def _f(x: Any, digits: int = 6) -> str:
     if x is None:
@@ -87,12 +98,35 @@ def _pct(part: Any, whole: Any) -> str:
 
 
 def rank_table(summary: dict) -> Table:
-    head = ["rank", "node", "span s", "step s", "compute s", "comm s", "overlap s", "exposed comm s",
-            "other s", "idle s", "idle %"]
-    rows = [[_f(r.get("rank")), _f(r.get("node")), _f(r.get("span_s")), _f(r.get("step_time_s")),
-             _f(r.get("compute_s")), _f(r.get("comm_s")), _f(r.get("overlap_s")), _f(r.get("exposed_comm_s")),
-             _f(r.get("other_s")), _f(r.get("idle_s")), _pct(r.get("idle_s"), r.get("span_s"))]
-            for r in summary.get("ranks") or []]
+    head = [
+        "rank",
+        "node",
+        "span s",
+        "step s",
+        "compute s",
+        "comm s",
+        "overlap s",
+        "exposed comm s",
+        "other s",
+        "idle s",
+        "idle %",
+    ]
+    rows = [
+        [
+            _f(r.get("rank")),
+            _f(r.get("node")),
+            _f(r.get("span_s")),
+            _f(r.get("step_time_s")),
+            _f(r.get("compute_s")),
+            _f(r.get("comm_s")),
+            _f(r.get("overlap_s")),
+            _f(r.get("exposed_comm_s")),
+            _f(r.get("other_s")),
+            _f(r.get("idle_s")),
+            _pct(r.get("idle_s"), r.get("span_s")),
+        ]
+        for r in summary.get("ranks") or []
+    ]
     return "per-rank breakdown", head, rows
 
 
@@ -104,33 +138,78 @@ def top_events(events: pl.DataFrame | None, n: int = TOP_EVENTS) -> Table:
     t = (
         events.filter(pl.col("kind").is_in(["compute", "communication", "memory", "sync"]))
         .group_by("name", "kind", "device")
-        .agg(pl.len().alias("count"), ((pl.col("end_ns") - pl.col("start_ns")).sum() * 1e-9).alias("total_s"))
+        .agg(
+            pl.len().alias("count"),
+            ((pl.col("end_ns") - pl.col("start_ns")).sum() * 1e-9).alias("total_s"),
+        )
         .sort("total_s", "name", descending=[True, False])
         .head(n)
     )
-    rows = [[_short(str(r["name"])), str(r["kind"]), str(r["device"]), str(r["count"]), f"{r['total_s']:.6f}",
-             f"{1e6 * r['total_s'] / max(1, r['count']):.1f}"] for r in t.iter_rows(named=True)]
+    rows = [
+        [
+            _short(str(r["name"])),
+            str(r["kind"]),
+            str(r["device"]),
+            str(r["count"]),
+            f"{r['total_s']:.6f}",
+            f"{1e6 * r['total_s'] / max(1, r['count']):.1f}",
+        ]
+        for r in t.iter_rows(named=True)
+    ]
     return "top events by total time", head, rows
 
 
 def collectives_table(summary: dict) -> Table:
     co = summary.get("collectives") or {}
     head = ["op", "count", "bytes", "transfer s", "wait s", "time s", "algbw GB/s", "busbw GB/s"]
-    rows = [[str(r.get("op") or "unknown"), _f(r.get("count")), F.fmt_bytes(r.get("bytes")),
-             _f(r.get("transfer_s")), _f(r.get("wait_s")), _f(r.get("time_s")),
-             _f(r.get("algbw_gbps"), 3), _f(r.get("busbw_gbps"), 3)] for r in co.get("per_op") or []]
-    return (f"collectives: {co.get('count', 0)} calls, ideal bytes per rank "
-            f"{F.fmt_bytes(co.get('ideal_bytes_per_rank'))}"), head, rows
+    rows = [
+        [
+            str(r.get("op") or "unknown"),
+            _f(r.get("count")),
+            F.fmt_bytes(r.get("bytes")),
+            _f(r.get("transfer_s")),
+            _f(r.get("wait_s")),
+            _f(r.get("time_s")),
+            _f(r.get("algbw_gbps"), 3),
+            _f(r.get("busbw_gbps"), 3),
+        ]
+        for r in co.get("per_op") or []
+    ]
+    return (
+        (
+            f"collectives: {co.get('count', 0)} calls, ideal bytes per rank "
+            f"{F.fmt_bytes(co.get('ideal_bytes_per_rank'))}"
+        ),
+        head,
+        rows,
+    )
 
 
 def pipeline_table(summary: dict) -> Table | None:
     p = summary.get("pipeline")
     if not p:
         return None
-    head = ["stage", "fill s", "steady s", "drain s", "max in-flight", "activation peak", "weight versions"]
-    rows = [[_f(r.get("stage")), _f(r.get("fill_s")), _f(r.get("steady_s")), _f(r.get("drain_s")),
-             _f(r.get("max_inflight_microbatches")), F.fmt_bytes(r.get("activation_peak_bytes")),
-             _f(r.get("weight_versions"))] for r in p.get("per_stage") or []]
+    head = [
+        "stage",
+        "fill s",
+        "steady s",
+        "drain s",
+        "max in-flight",
+        "activation peak",
+        "weight versions",
+    ]
+    rows = [
+        [
+            _f(r.get("stage")),
+            _f(r.get("fill_s")),
+            _f(r.get("steady_s")),
+            _f(r.get("drain_s")),
+            _f(r.get("max_inflight_microbatches")),
+            F.fmt_bytes(r.get("activation_peak_bytes")),
+            _f(r.get("weight_versions")),
+        ]
+        for r in p.get("per_stage") or []
+    ]
     return F.pipeline_theory_text(p), head, rows
 
 
@@ -139,11 +218,22 @@ def overlap_table(summary: dict) -> Table | None:
     if not ov:
         return None
     head = ["unit", "phase", "op", "duration s", "hidden s", "exposed s"]
-    rows = [[str(r.get("unit")), str(r.get("phase")), str(r.get("op")), _f(r.get("duration_s")),
-             _f(r.get("hidden_s")), _f(r.get("exposed_s"))] for r in (ov.get("per_layer") or [])[:MAX_TABLE_ROWS]]
-    title = (f"all-gather {_f(ov.get('allgather_s'))} s, {F.fmt_frac(ov.get('allgather_hidden_fraction'))} hidden; "
-             f"reduce-scatter {_f(ov.get('reducescatter_s'))} s, "
-             f"{F.fmt_frac(ov.get('reducescatter_hidden_fraction'))} hidden")
+    rows = [
+        [
+            str(r.get("unit")),
+            str(r.get("phase")),
+            str(r.get("op")),
+            _f(r.get("duration_s")),
+            _f(r.get("hidden_s")),
+            _f(r.get("exposed_s")),
+        ]
+        for r in (ov.get("per_layer") or [])[:MAX_TABLE_ROWS]
+    ]
+    title = (
+        f"all-gather {_f(ov.get('allgather_s'))} s, {F.fmt_frac(ov.get('allgather_hidden_fraction'))} hidden; "
+        f"reduce-scatter {_f(ov.get('reducescatter_s'))} s, "
+        f"{F.fmt_frac(ov.get('reducescatter_hidden_fraction'))} hidden"
+    )
     return title, head, rows
 
 
@@ -152,12 +242,27 @@ def memory_table(summary: dict) -> Table | None:
     if not mem or not mem.get("per_rank"):
         return None
     head = ["rank", "params", "grads", "optimizer", "model states", "activation peak", "peak"]
-    rows = [[_f(r.get("rank"))] + [F.fmt_bytes(r.get(k)) for k in (
-        "params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes", "activation_peak_bytes", "peak_bytes")]
-        for r in mem["per_rank"]]
+    rows = [
+        [_f(r.get("rank"))]
+        + [
+            F.fmt_bytes(r.get(k))
+            for k in (
+                "params_bytes",
+                "grads_bytes",
+                "optimizer_bytes",
+                "model_states_bytes",
+                "activation_peak_bytes",
+                "peak_bytes",
+            )
+        ]
+        for r in mem["per_rank"]
+    ]
     theory = mem.get("theory")
     title = "memory per rank" + (
-        f"; theory {theory.get('formula')} = {F.fmt_bytes(theory.get('model_states_bytes'))}" if theory else "")
+        f"; theory {theory.get('formula')} = {F.fmt_bytes(theory.get('model_states_bytes'))}"
+        if theory
+        else ""
+    )
     return title, head, rows
 
 
@@ -166,24 +271,67 @@ def traffic_table(summary: dict) -> Table | None:
     if not tr:
         return None
     head = ["op", "intra-node", "inter-node", "bytes"]
-    rows = [[str(r.get("op")), F.fmt_bytes(r.get("intra")), F.fmt_bytes(r.get("inter")), F.fmt_bytes(r.get("bytes"))]
-            for r in tr.get("by_op") or []]
-    rows += [[f"{r.get('group')} · {r.get('op')}", F.fmt_bytes(r.get("intra")), F.fmt_bytes(r.get("inter")),
-              F.fmt_bytes(r.get("bytes"))] for r in (tr.get("by_group") or [])[:MAX_TABLE_ROWS]]
-    return (f"traffic: {F.fmt_frac(tr.get('inter_node_fraction'))} of {F.fmt_bytes(tr.get('total_bytes'))} "
-            "on inter-node links"), head, rows
+    rows = [
+        [
+            str(r.get("op")),
+            F.fmt_bytes(r.get("intra")),
+            F.fmt_bytes(r.get("inter")),
+            F.fmt_bytes(r.get("bytes")),
+        ]
+        for r in tr.get("by_op") or []
+    ]
+    rows += [
+        [
+            f"{r.get('group')} · {r.get('op')}",
+            F.fmt_bytes(r.get("intra")),
+            F.fmt_bytes(r.get("inter")),
+            F.fmt_bytes(r.get("bytes")),
+        ]
+        for r in (tr.get("by_group") or [])[:MAX_TABLE_ROWS]
+    ]
+    return (
+        (
+            f"traffic: {F.fmt_frac(tr.get('inter_node_fraction'))} of {F.fmt_bytes(tr.get('total_bytes'))} "
+            "on inter-node links"
+        ),
+        head,
+        rows,
+    )
 
 
 def compare_table(runs: Sequence[tuple[str, dict]]) -> Table:
-    head = ["run", "strategy", "ranks", "step s", "compute %", "exposed comm %", "idle %", "model states",
-            "collective bytes", "inter-node bytes", "bubble", "all-gather hidden"]
+    head = [
+        "run",
+        "strategy",
+        "ranks",
+        "step s",
+        "compute %",
+        "exposed comm %",
+        "idle %",
+        "model states",
+        "collective bytes",
+        "inter-node bytes",
+        "bubble",
+        "all-gather hidden",
+    ]
     rows = []
     for r in F.compare_rows(runs):
-        rows.append([r["run"], str(r["strategy"] or "-"), str(r["ranks"]), _f(r["step_time_s"]),
-                     _pct(r["compute_total_s"], r["span_s"]), _pct(r["exposed_comm_s"], r["span_s"]),
-                     _pct(r["idle_s"], r["span_s"]), F.fmt_bytes(r["model_states_bytes"]),
-                     F.fmt_bytes(r["collective_bytes"]), F.fmt_bytes(r["inter_node_bytes"]),
-                     F.fmt_frac(r["bubble_fraction"]), F.fmt_frac(r["allgather_hidden_fraction"])])
+        rows.append(
+            [
+                r["run"],
+                str(r["strategy"] or "-"),
+                str(r["ranks"]),
+                _f(r["step_time_s"]),
+                _pct(r["compute_total_s"], r["span_s"]),
+                _pct(r["exposed_comm_s"], r["span_s"]),
+                _pct(r["idle_s"], r["span_s"]),
+                F.fmt_bytes(r["model_states_bytes"]),
+                F.fmt_bytes(r["collective_bytes"]),
+                F.fmt_bytes(r["inter_node_bytes"]),
+                F.fmt_frac(r["bubble_fraction"]),
+                F.fmt_frac(r["allgather_hidden_fraction"]),
+            ]
+        )
     return "comparison", head, rows
 
 
@@ -195,11 +343,17 @@ SECTIONS: list[tuple[str, list[str], Callable[[dict], Table | None] | None, str 
     ("overlap of all-gather / reduce-scatter with compute", ["overlap"], overlap_table, "overlap"),
     ("memory", ["memory"], memory_table, "memory"),
     ("traffic", ["traffic_split", "traffic_matrix"], traffic_table, "traffic_split"),
-    ("collectives", ["collective_bandwidth", "collective_time"], collectives_table, "collective_bandwidth"),
+    (
+        "collectives",
+        ["collective_bandwidth", "collective_time"],
+        collectives_table,
+        "collective_bandwidth",
+    ),
 ]
 
 
 # ---------------------------------------------------------------- loading
+
 
 def _load(paths: Sequence[Path], progress: Progress | None) -> list[Any]:
     from tracekit.analyze import analyze
@@ -221,7 +375,9 @@ def _atomic_target(out: Path, suffix: str = "") -> Path:
         parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".tmp{suffix}", dir=parent)
     except OSError as exc:
-        raise TracekitError(f"cannot write the report here ({exc.strerror}); choose another place with -o", out) from None
+        raise TracekitError(
+            f"cannot write the report here ({exc.strerror}); choose another place with -o", out
+        ) from None
     os.close(fd)
     return Path(tmp)
 
@@ -269,15 +425,24 @@ def write_report(
 
 # ---------------------------------------------------------------- data formats
 
-def _json(analyses: Sequence[Any], names: Sequence[str], tmp: Path, progress: Progress | None) -> None:
-    doc = {"schema_version": REPORT_SCHEMA_VERSION,
-           "runs": [{"name": n, "path": str(a.path), "summary": a.summary} for n, a in zip(names, analyses)]}
+
+def _json(
+    analyses: Sequence[Any], names: Sequence[str], tmp: Path, progress: Progress | None
+) -> None:
+    doc = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "runs": [
+            {"name": n, "path": str(a.path), "summary": a.summary} for n, a in zip(names, analyses)
+        ],
+    }
     tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def rank_frame(analyses: Sequence[Any], names: Sequence[str]) -> pl.DataFrame:
-    parts = [a.ranks.select(pl.lit(n).alias("run"), pl.lit(str(a.path)).alias("path"), pl.all())
-             for n, a in zip(names, analyses)]
+    parts = [
+        a.ranks.select(pl.lit(n).alias("run"), pl.lit(str(a.path)).alias("path"), pl.all())
+        for n, a in zip(names, analyses)
+    ]
     return pl.concat(parts, how="diagonal_relaxed")
 
 
@@ -296,6 +461,7 @@ def _perfetto(analyses, names, tmp, progress) -> None:
 
 
 # ---------------------------------------------------------------- markdown
+
 
 def _md_cell(text: Any) -> str:
     return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
@@ -354,7 +520,11 @@ def _html_table(t: Table) -> str:
     out = [f'<div class="caption">{html.escape(title)}</div>']
     if not rows:
         return out[0] + '<p class="nodata">no rows</p>'
-    out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>")
+    out.append(
+        "<table><thead><tr>"
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+    )
     for row in rows:
         out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
     out.append("</tbody></table>")
@@ -371,13 +541,21 @@ class _FigureSink:
     def __call__(self, fig: Any) -> str:
         if self.images is not None:
             svg = self.images[id(fig)]
-            return ('<div class="fig"><img alt="figure" src="data:image/svg+xml;base64,'
-                    + base64.b64encode(svg).decode("ascii") + '"></div>')
+            return (
+                '<div class="fig"><img alt="figure" src="data:image/svg+xml;base64,'
+                + base64.b64encode(svg).decode("ascii")
+                + '"></div>'
+            )
         import plotly.io as pio
 
         height = fig.layout.height or 420
-        div = pio.to_html(fig, full_html=False, include_plotlyjs=self.first, default_height=f"{height}px",
-                          config={"displaylogo": False, "responsive": True})
+        div = pio.to_html(
+            fig,
+            full_html=False,
+            include_plotlyjs=self.first,
+            default_height=f"{height}px",
+            config={"displaylogo": False, "responsive": True},
+        )
         self.first = False
         return f'<div class="fig">{div}</div>'
 
@@ -389,13 +567,22 @@ def _report_figures(analyses: Sequence[Any], names: Sequence[str]) -> tuple[dict
     return compare, per_run
 
 
-def _html_doc(analyses, names, figure_html: Callable[[Any], str], compare: dict, per_run: list[dict],
-              *, tables: bool = True) -> str:
-    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-             f"<title>tracekit report: {html.escape(', '.join(names))}</title>",
-             f"<style>{_CSS}</style></head><body>",
-             "<h1>tracekit report</h1>"]
+def _html_doc(
+    analyses,
+    names,
+    figure_html: Callable[[Any], str],
+    compare: dict,
+    per_run: list[dict],
+    *,
+    tables: bool = True,
+) -> str:
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>tracekit report: {html.escape(', '.join(names))}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>tracekit report</h1>",
+    ]
     summaries = [(n, a.summary) for n, a in zip(names, analyses)]
     if len(analyses) > 1:
         parts.append("<h2>comparison</h2>")
@@ -410,8 +597,10 @@ def _html_doc(analyses, names, figure_html: Callable[[Any], str], compare: dict,
         parts.append(f"<h2>{html.escape(name)}</h2>")
         desc = f"source: {a.path}"
         if run:
-            desc += (f" · strategy {run.get('strategy')} · {run.get('world_size')} ranks · {run.get('backend')}"
-                     f" · {run.get('device')} · {run.get('precision')}")
+            desc += (
+                f" · strategy {run.get('strategy')} · {run.get('world_size')} ranks · {run.get('backend')}"
+                f" · {run.get('device')} · {run.get('precision')}"
+            )
         win = s.get("window") or {}
         desc += f" · window: {win.get('kind')}, {win.get('steps')} steps"
         parts.append(f'<p class="src">{html.escape(desc)}</p>')
@@ -445,6 +634,7 @@ def _html(analyses, names, tmp, progress) -> None:
 
 # ---------------------------------------------------------------- pdf / png
 
+
 def chromium_path() -> str:
     """Headless Chromium: $TRACEKIT_CHROMIUM when set, else chromium / google-chrome on PATH."""
     env = os.environ.get("TRACEKIT_CHROMIUM")
@@ -453,12 +643,17 @@ def chromium_path() -> str:
             return env
         raise TracekitError("TRACEKIT_CHROMIUM is not an executable file", env)
     candidates = [os.environ.get("BROWSER_PATH")]
-    candidates += [shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")]
+    candidates += [
+        shutil.which(n)
+        for n in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    ]
     candidates += ["/usr/bin/chromium"]
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return c
-    raise TracekitError("pdf and png reports need Chromium (apt-get install chromium, or set TRACEKIT_CHROMIUM)")
+    raise TracekitError(
+        "pdf and png reports need Chromium (apt-get install chromium, or set TRACEKIT_CHROMIUM)"
+    )
 
 
 def _render_svgs(figs: Iterable[Any], progress: Progress | None) -> dict[int, bytes]:
@@ -472,19 +667,39 @@ def _render_svgs(figs: Iterable[Any], progress: Progress | None) -> dict[int, by
         if progress:
             progress(f"rendering {len(figs)} figures with kaleido")
         try:
-            pio.write_images(figs, files, format="svg", width=IMAGE_WIDTH,
-                             height=[int(f.layout.height or 420) for f in figs])
+            pio.write_images(
+                figs,
+                files,
+                format="svg",
+                width=IMAGE_WIDTH,
+                height=[int(f.layout.height or 420) for f in figs],
+            )
         except Exception as exc:  # kaleido or its Chromium failed: one line, no traceback
-            raise TracekitError(f"could not render the figures with kaleido ({type(exc).__name__}: {exc})") from None
+            raise TracekitError(
+                f"could not render the figures with kaleido ({type(exc).__name__}: {exc})"
+            ) from None
         return {id(f): p.read_bytes() for f, p in zip(figs, files)}
 
 
 def _chromium(args: list[str], page: Path, target: Path) -> None:
     exe = chromium_path()
     with tempfile.TemporaryDirectory(prefix="tracekit-chromium-") as profile:
-        cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}", *args, page.as_uri()]
+        cmd = [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--mute-audio",
+            f"--user-data-dir={profile}",
+            *args,
+            page.as_uri(),
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -497,7 +712,9 @@ def _chromium(args: list[str], page: Path, target: Path) -> None:
 def _pdf(analyses, names, tmp, progress) -> None:
     chromium_path()  # fail before the slow part
     compare, per_run = _report_figures(analyses, names)
-    images = _render_svgs(list(compare.values()) + [f for figs in per_run for f in figs.values()], progress)
+    images = _render_svgs(
+        list(compare.values()) + [f for figs in per_run for f in figs.values()], progress
+    )
     doc = _html_doc(analyses, names, _FigureSink(images), compare, per_run)
     with tempfile.TemporaryDirectory(prefix="tracekit-pdf-") as d:
         page = Path(d) / "report.html"
@@ -514,8 +731,11 @@ def _png(analyses, names, tmp, progress) -> None:
     compare, per_run = _report_figures(analyses, names)
     figs: list[tuple[str, Any]] = [("comparison", f) for f in compare.values() if f is not None]
     for name, run_figs in zip(names, per_run):
-        keep = run_figs.items() if len(analyses) == 1 else [(k, v) for k, v in run_figs.items()
-                                                            if k in ("breakdown", "timeline")]
+        keep = (
+            run_figs.items()
+            if len(analyses) == 1
+            else [(k, v) for k, v in run_figs.items() if k in ("breakdown", "timeline")]
+        )
         figs += [(name, f) for _, f in keep if f is not None]
     images = _render_svgs([f for _, f in figs], progress)
     header = 56
@@ -523,28 +743,47 @@ def _png(analyses, names, tmp, progress) -> None:
     for name, fig in figs:
         h = int(fig.layout.height or 420)
         if name != last:
-            blocks.append(f'<div style="height:36px;font:600 18px sans-serif;padding:8px 12px;'
-                          f'box-sizing:border-box">{html.escape(name)}</div>')
+            blocks.append(
+                f'<div style="height:36px;font:600 18px sans-serif;padding:8px 12px;'
+                f'box-sizing:border-box">{html.escape(name)}</div>'
+            )
             height += 36
             last = name
-        blocks.append(f'<img style="display:block;width:{IMAGE_WIDTH}px;height:{h}px" alt="" '
-                      f'src="data:image/svg+xml;base64,{base64.b64encode(images[id(fig)]).decode("ascii")}">')
+        blocks.append(
+            f'<img style="display:block;width:{IMAGE_WIDTH}px;height:{h}px" alt="" '
+            f'src="data:image/svg+xml;base64,{base64.b64encode(images[id(fig)]).decode("ascii")}">'
+        )
         height += h
-    doc = ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>html,body{margin:0;background:#fff}</style>"
-           f"</head><body><div style='height:{header}px;font:700 24px sans-serif;padding:14px 12px;box-sizing:"
-           f"border-box'>tracekit report: {html.escape(', '.join(names))}</div>{''.join(blocks)}</body></html>")
+    doc = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><style>html,body{margin:0;background:#fff}</style>"
+        f"</head><body><div style='height:{header}px;font:700 24px sans-serif;padding:14px 12px;box-sizing:"
+        f"border-box'>tracekit report: {html.escape(', '.join(names))}</div>{''.join(blocks)}</body></html>"
+    )
     with tempfile.TemporaryDirectory(prefix="tracekit-png-") as d:
         page = Path(d) / "report.html"
         page.write_text(doc, encoding="utf-8")
         target = Path(d) / "report.png"
         if progress:
             progress("drawing the PNG with headless Chromium")
-        _chromium(["--hide-scrollbars", f"--window-size={IMAGE_WIDTH},{height}", f"--screenshot={target}"],
-                  page, target)
+        _chromium(
+            [
+                "--hide-scrollbars",
+                f"--window-size={IMAGE_WIDTH},{height}",
+                f"--screenshot={target}",
+            ],
+            page,
+            target,
+        )
         shutil.move(str(target), tmp)
 
 
 WRITERS: dict[str, Callable[..., None]] = {
-    "html": _html, "pdf": _pdf, "png": _png, "md": _md, "json": _json,
-    "csv": _csv, "parquet": _parquet, "perfetto": _perfetto,
+    "html": _html,
+    "pdf": _pdf,
+    "png": _png,
+    "md": _md,
+    "json": _json,
+    "csv": _csv,
+    "parquet": _parquet,
+    "perfetto": _perfetto,
 }

@@ -12,6 +12,7 @@
 Trace files found in a foreign folder take their rank from ``distributedInfo.rank`` (ingest reads
 it), else from ``rank<N>``, ``rank-<N>`` or ``rank_<N>`` in the file name; never from other digits.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,7 +92,7 @@ def find_trace_files(path: Path) -> list[Path]:
         return sorted(p for p in root.glob("*") if is_trace_file(p))
     skip = {"analysis", "memory", "train", "nccl", "logs"}
 
-    def unreadable(exc: OSError) -> None:   # never skip a folder silently
+    def unreadable(exc: OSError) -> None:  # never skip a folder silently
         raise TracekitError(f"cannot read the folder ({exc.strerror or exc})", exc.filename)
 
     files = []
@@ -114,7 +115,7 @@ def is_folder(path: Path) -> bool:
         st = Path(path).stat()
     except FileNotFoundError:
         raise TracekitError("no such file or folder", path) from None
-    except OSError as exc:   # e.g. a parent folder without permission
+    except OSError as exc:  # e.g. a parent folder without permission
         raise TracekitError(f"cannot look at it ({exc.strerror or exc})", path) from None
     if stat.S_ISDIR(st.st_mode):
         return True
@@ -170,7 +171,11 @@ def _run_json_problem(data: dict[str, Any]) -> str | None:
     if not isinstance(topo, list):
         return "topology is not a list"
     for row in topo:
-        if not isinstance(row, dict) or not _is_int(row.get("rank")) or not _is_int(row.get("node", 0)):
+        if (
+            not isinstance(row, dict)
+            or not _is_int(row.get("rank"))
+            or not _is_int(row.get("node", 0))
+        ):
             return f"topology entry {str(row)[:60]!r} lacks an integer rank and node"
     return None
 
@@ -179,8 +184,10 @@ def run_status_line(run: dict[str, Any]) -> str:
     """One line on how the run ended: status and each error's rank, kind and message."""
     status = run.get("status")
     if status == "running":
-        return ("the run's status is 'running': it never finished (killed before it could say, "
-                "or still running)")
+        return (
+            "the run's status is 'running': it never finished (killed before it could say, "
+            "or still running)"
+        )
     errors = [e for e in run.get("errors") or [] if isinstance(e, dict)]
     parts = []
     for e in errors[:4]:

@@ -2,6 +2,7 @@
 
 Psi = parameter count, N (or n) = data-parallel degree, p = pipeline stages, m = microbatches.
 """
+
 from __future__ import annotations
 
 # Model-state bytes per parameter: (replicated part, sharded part divided by N).
@@ -13,9 +14,20 @@ _MODEL_STATES = {
 }
 _FORMULA = {
     "fp32": {"dp": "16Psi", "zero1": "8Psi+8Psi/N", "zero2": "4Psi+12Psi/N", "zero3": "16Psi/N"},
-    "bf16-mixed": {"dp": "16Psi", "zero1": "4Psi+12Psi/N", "zero2": "2Psi+14Psi/N", "zero3": "16Psi/N"},
+    "bf16-mixed": {
+        "dp": "16Psi",
+        "zero1": "4Psi+12Psi/N",
+        "zero2": "2Psi+14Psi/N",
+        "zero3": "16Psi/N",
+    },
 }
-_STRATEGY_FAMILY = {"dp": "dp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3", "fsdp": "zero3"}
+_STRATEGY_FAMILY = {
+    "dp": "dp",
+    "zero1": "zero1",
+    "zero2": "zero2",
+    "zero3": "zero3",
+    "fsdp": "zero3",
+}
 
 
 def model_states_bytes(strategy: str, precision: str, psi: int, n: int) -> dict | None:

@@ -19,6 +19,7 @@ counter of its set; a cumulative sum gives, for every elementary segment between
 how many intervals of each set cover it. Any union, intersection or difference is then a filter
 on those counts and a sum of segment lengths, all in polars.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -85,7 +86,7 @@ def analysis_windows(events: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     ranks = events.get_column("rank").unique().sort().to_list()
     by_rank = {r["rank"]: r for r in per_rank.iter_rows(named=True)}
     bounds = (
-        events.select("rank", "kind", "start_ns", "end_ns")   # filter copies these 4, not all 20
+        events.select("rank", "kind", "start_ns", "end_ns")  # filter copies these 4, not all 20
         .filter(pl.col("kind").is_in(["compute", "communication", "memory", "sync"]))
         .group_by("rank")
         .agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
@@ -106,8 +107,12 @@ def analysis_windows(events: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     return pl.DataFrame(
         rows,
         schema={
-            "rank": pl.Int32, "kind": pl.Utf8, "steps": pl.Int32,
-            "start_ns": pl.Int64, "end_ns": pl.Int64, "cutoff_ns": pl.Int64,
+            "rank": pl.Int32,
+            "kind": pl.Utf8,
+            "steps": pl.Int32,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+            "cutoff_ns": pl.Int64,
         },
         orient="row",
     )
@@ -119,10 +124,16 @@ def _gpu_intervals(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     A GPU rank on gloo has no communication kernels: gloo moves the bytes from host threads,
     so its ``gloo:*`` spans are that rank's communication (else the GPU would look idle).
     """
-    gloo_spans = ((pl.col("device") == "cpu") & (pl.col("cat") == "user_annotation")
-                  & (pl.col("kind") == "communication"))
+    gloo_spans = (
+        (pl.col("device") == "cpu")
+        & (pl.col("cat") == "user_annotation")
+        & (pl.col("kind") == "communication")
+    )
     gpu = events.filter(
-        ((pl.col("device") == "gpu") & pl.col("kind").is_in(["compute", "communication", "memory", "sync"]))
+        (
+            (pl.col("device") == "gpu")
+            & pl.col("kind").is_in(["compute", "communication", "memory", "sync"])
+        )
         | gloo_spans
     )
     cut = windows.filter(pl.col("cutoff_ns").is_not_null()).select("rank", "cutoff_ns")
@@ -133,16 +144,23 @@ def _gpu_intervals(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             .select("rank", "correlation", (pl.col("start_ns") < pl.col("cutoff_ns")).alias("keep"))
             .unique(["rank", "correlation"], keep="first")
         )
-        gpu = gpu.join(cut, on="rank", how="left").join(launches, on=["rank", "correlation"], how="left")
-        gpu = gpu.filter(pl.col("cutoff_ns").is_null() | pl.col("keep").fill_null(False)
-                         | ((pl.col("device") == "cpu") & (pl.col("start_ns") < pl.col("cutoff_ns"))))
+        gpu = gpu.join(cut, on="rank", how="left").join(
+            launches, on=["rank", "correlation"], how="left"
+        )
+        gpu = gpu.filter(
+            pl.col("cutoff_ns").is_null()
+            | pl.col("keep").fill_null(False)
+            | ((pl.col("device") == "cpu") & (pl.col("start_ns") < pl.col("cutoff_ns")))
+        )
     return gpu.select(
         "rank",
         "start_ns",
         "end_ns",
-        pl.col("kind").replace_strict(
+        pl.col("kind")
+        .replace_strict(
             {"compute": "compute", "communication": "comm", "memory": "other", "sync": "other"}
-        ).alias("set"),
+        )
+        .alias("set"),
     )
 
 
@@ -156,7 +174,9 @@ def _ops_inside(ops: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
     """The ops that start and end inside one of the labels on the same thread."""
     if labels.height == 0 or ops.height == 0:
         return ops.head(0)
-    lab = labels.select("rank", "pid", "tid", pl.col("start_ns").alias("l0"), pl.col("end_ns").alias("l1"))
+    lab = labels.select(
+        "rank", "pid", "tid", pl.col("start_ns").alias("l0"), pl.col("end_ns").alias("l1")
+    )
     # labels are few (tens per step): an equi-join on the thread, then the containment filter
     inside = ops.join(lab, on=["rank", "pid", "tid"]).filter(
         (pl.col("start_ns") >= pl.col("l0")) & (pl.col("end_ns") <= pl.col("l1"))
@@ -186,20 +206,40 @@ def _cpu_intervals(events: pl.DataFrame) -> pl.DataFrame:
     # gloo p2p spans sit on the calling thread and last from isend/irecv to wait(): compute
     # ops inside them run while the message is in flight; the rest of the span is waiting
     wait_labels = cpu.filter(
-        (pl.col("cat") == "user_annotation") & ~pl.col("runloop")
+        (pl.col("cat") == "user_annotation")
+        & ~pl.col("runloop")
         & (pl.col("name").str.contains(WAIT_LABELS) | (pl.col("kind") == "communication"))
     )
     inner = _ops_inside(compute, wait_labels).with_columns(pl.lit("inner").alias("set"))
     return pl.concat(
-        [f.select("rank", "start_ns", "end_ns", "set") for f in
-         (compute, comm, excluded, wait_labels.with_columns(pl.lit("waitlabel").alias("set")), inner)]
+        [
+            f.select("rank", "start_ns", "end_ns", "set")
+            for f in (
+                compute,
+                comm,
+                excluded,
+                wait_labels.with_columns(pl.lit("waitlabel").alias("set")),
+                inner,
+            )
+        ]
     )
 
 
 # The columns each side of the timeline reads. Filtering a projection copies these, not all 20
 # columns of the events table (at 650k events: a third of the time and memory of the filters).
 _GPU_COLUMNS = ("rank", "device", "cat", "kind", "start_ns", "end_ns", "correlation")
-_CPU_COLUMNS = ("rank", "device", "pid", "tid", "thread_name", "cat", "name", "kind", "start_ns", "end_ns")
+_CPU_COLUMNS = (
+    "rank",
+    "device",
+    "pid",
+    "tid",
+    "thread_name",
+    "cat",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+)
 
 
 def intervals(events: pl.DataFrame, windows: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
@@ -212,12 +252,19 @@ def intervals(events: pl.DataFrame, windows: pl.DataFrame, gpu_ranks: set[int]) 
     if cpu.height:
         parts.append(_cpu_intervals(cpu))
     if not parts:
-        return pl.DataFrame(schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "set": pl.Utf8})
+        return pl.DataFrame(
+            schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "set": pl.Utf8}
+        )
     iv = pl.concat(parts)
     return (
-        iv.join(windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")), on="rank")
+        iv.join(
+            windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")),
+            on="rank",
+        )
         .with_columns(
-            pl.max_horizontal("start_ns", pl.col("w0").fill_null(pl.col("start_ns"))).alias("start_ns"),
+            pl.max_horizontal("start_ns", pl.col("w0").fill_null(pl.col("start_ns"))).alias(
+                "start_ns"
+            ),
             pl.min_horizontal("end_ns", pl.col("w1").fill_null(pl.col("end_ns"))).alias("end_ns"),
         )
         .filter(pl.col("end_ns") > pl.col("start_ns"))
@@ -225,18 +272,28 @@ def intervals(events: pl.DataFrame, windows: pl.DataFrame, gpu_ranks: set[int]) 
     )
 
 
-def refine_gpu_windows(windows: pl.DataFrame, iv: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
+def refine_gpu_windows(
+    windows: pl.DataFrame, iv: pl.DataFrame, gpu_ranks: set[int]
+) -> pl.DataFrame:
     """GPU window = first kept GPU event start to last kept GPU event end (HTA's span)."""
     if not gpu_ranks:
         return windows
-    span = iv.filter(pl.col("rank").is_in(sorted(gpu_ranks))).group_by("rank").agg(
-        pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi")
+    span = (
+        iv.filter(pl.col("rank").is_in(sorted(gpu_ranks)))
+        .group_by("rank")
+        .agg(pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
     )
     return (
         windows.join(span, on="rank", how="left")
         .with_columns(
-            pl.when(pl.col("rank").is_in(sorted(gpu_ranks))).then(pl.col("lo")).otherwise(pl.col("start_ns")).alias("start_ns"),
-            pl.when(pl.col("rank").is_in(sorted(gpu_ranks))).then(pl.col("hi")).otherwise(pl.col("end_ns")).alias("end_ns"),
+            pl.when(pl.col("rank").is_in(sorted(gpu_ranks)))
+            .then(pl.col("lo"))
+            .otherwise(pl.col("start_ns"))
+            .alias("start_ns"),
+            pl.when(pl.col("rank").is_in(sorted(gpu_ranks)))
+            .then(pl.col("hi"))
+            .otherwise(pl.col("end_ns"))
+            .alias("end_ns"),
         )
         .drop("lo", "hi")
     )
@@ -254,8 +311,18 @@ def segments(iv: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
             iv.select("rank", pl.col("start_ns").alias("t"), "set", pl.lit(1, pl.Int32).alias("d")),
             iv.select("rank", pl.col("end_ns").alias("t"), "set", pl.lit(-1, pl.Int32).alias("d")),
             # window bounds as zero-weight edges so leading/trailing idle becomes a segment
-            windows.select("rank", pl.col("start_ns").alias("t"), pl.lit("window").alias("set"), pl.lit(0, pl.Int32).alias("d")),
-            windows.select("rank", pl.col("end_ns").alias("t"), pl.lit("window").alias("set"), pl.lit(0, pl.Int32).alias("d")),
+            windows.select(
+                "rank",
+                pl.col("start_ns").alias("t"),
+                pl.lit("window").alias("set"),
+                pl.lit(0, pl.Int32).alias("d"),
+            ),
+            windows.select(
+                "rank",
+                pl.col("end_ns").alias("t"),
+                pl.lit("window").alias("set"),
+                pl.lit(0, pl.Int32).alias("d"),
+            ),
         ]
     ).filter(pl.col("t").is_not_null())
     counts = (
@@ -267,18 +334,29 @@ def segments(iv: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         .rename({"t": "start_ns"})
         .filter(pl.col("end_ns").is_not_null() & (pl.col("end_ns") > pl.col("start_ns")))
     )
-    counts = counts.join(windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")), on="rank")
-    counts = counts.filter((pl.col("start_ns") >= pl.col("w0")) & (pl.col("end_ns") <= pl.col("w1")))
+    counts = counts.join(
+        windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")),
+        on="rank",
+    )
+    counts = counts.filter(
+        (pl.col("start_ns") >= pl.col("w0")) & (pl.col("end_ns") <= pl.col("w1"))
+    )
     waiting = (pl.col("n_waitlabel") > 0) & (pl.col("n_inner") <= 0)
     comp = (pl.col("n_compute") > 0) & (pl.col("n_excluded") <= 0) & ~waiting
     comm = pl.col("n_comm") > 0
     return counts.select(
-        "rank", "start_ns", "end_ns",
+        "rank",
+        "start_ns",
+        "end_ns",
         *[f"n_{s}" for s in SETS],
-        pl.when(comp & comm).then(pl.lit("overlap"))
-        .when(comp).then(pl.lit("compute"))
-        .when(comm).then(pl.lit("comm"))
-        .when(pl.col("n_other") > 0).then(pl.lit("other"))
+        pl.when(comp & comm)
+        .then(pl.lit("overlap"))
+        .when(comp)
+        .then(pl.lit("compute"))
+        .when(comm)
+        .then(pl.lit("comm"))
+        .when(pl.col("n_other") > 0)
+        .then(pl.lit("other"))
         .otherwise(pl.lit("idle"))
         .alias("state"),
     )
@@ -292,7 +370,10 @@ def merge_states(seg: pl.DataFrame) -> pl.DataFrame:
             (
                 (pl.col("state") != pl.col("state").shift(1).over("rank"))
                 | (pl.col("start_ns") != pl.col("end_ns").shift(1).over("rank"))
-            ).fill_null(True).cum_sum().alias("run")
+            )
+            .fill_null(True)
+            .cum_sum()
+            .alias("run")
         )
         .group_by("rank", "run")
         .agg(pl.col("start_ns").min(), pl.col("end_ns").max(), pl.col("state").first())

@@ -6,9 +6,11 @@ every rank of the world communicator, tracekit.ingest.nccl_log.rank_layout), the
 ``host_name`` (one node per distinct host, numbered in rank order). Unknown topology is one
 node, with a warning that says how to give it.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def node_of_ranks(
@@ -51,8 +53,11 @@ def run_nccl_logs(path: Any) -> Any:
     from tracekit.ingest.nccl_log import read_nccl_logs
 
     folder = runfolder.nccl_dir(Path(path)) if Path(path).is_dir() else None
-    if folder is None or not folder.is_dir() or not any(
-            p.name.endswith((".log", ".log.gz", ".txt")) for p in folder.iterdir()):
+    if (
+        folder is None
+        or not folder.is_dir()
+        or not any(p.name.endswith((".log", ".log.gz", ".txt")) for p in folder.iterdir())
+    ):
         return None
     try:
         return read_nccl_logs(folder)
@@ -80,6 +85,13 @@ def nccl_layout(path: Any) -> dict[int, dict[str, Any]] | None:
         per_node = world["local_ranks"].drop_nulls().unique().to_list()
         if len(per_node) == 1 and per_node[0] > 0:
             for r in range(n):
-                layout.setdefault(r, {"host": None, "node": r // per_node[0], "local_rank": r % per_node[0],
-                                      "inferred": True})
+                layout.setdefault(
+                    r,
+                    {
+                        "host": None,
+                        "node": r // per_node[0],
+                        "local_rank": r % per_node[0],
+                        "inferred": True,
+                    },
+                )
     return layout or None

@@ -9,6 +9,7 @@ From the timeline's elementary segments:
 - idle_s      = span_s - everything above        (state idle)
 so compute + exposed_comm + other + idle = span exactly (integer nanoseconds underneath).
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -21,7 +22,12 @@ def state_totals(seg: pl.DataFrame) -> pl.DataFrame:
     totals = (
         seg.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("ns"))
         .group_by("rank")
-        .agg([pl.col("ns").filter(pl.col("state") == s).sum().alias(s) for s in ("compute", "overlap", "comm", "other", "idle")])
+        .agg(
+            [
+                pl.col("ns").filter(pl.col("state") == s).sum().alias(s)
+                for s in ("compute", "overlap", "comm", "other", "idle")
+            ]
+        )
     )
     return totals
 
@@ -44,7 +50,9 @@ def rank_breakdown(
         windows.select("rank", "kind", "steps", "start_ns", "end_ns")
         .join(totals, on="rank", how="left")
         .join(steps, on="rank", how="left")
-        .with_columns(pl.col(c).fill_null(0) for c in ("compute", "overlap", "comm", "other", "idle"))
+        .with_columns(
+            pl.col(c).fill_null(0) for c in ("compute", "overlap", "comm", "other", "idle")
+        )
         .with_columns(
             ((pl.col("end_ns") - pl.col("start_ns")) * NS).alias("span_s"),
             ((pl.col("compute") + pl.col("overlap")) * NS).alias("compute_s"),
@@ -54,14 +62,29 @@ def rank_breakdown(
             (pl.col("other") * NS).alias("other_s"),
         )
         .with_columns(
-            (pl.col("span_s") - pl.col("compute_s") - pl.col("exposed_comm_s") - pl.col("other_s")).alias("idle_s"),
+            (
+                pl.col("span_s")
+                - pl.col("compute_s")
+                - pl.col("exposed_comm_s")
+                - pl.col("other_s")
+            ).alias("idle_s"),
             pl.col("rank").replace_strict(nodes, default=0, return_dtype=pl.Int32).alias("node"),
         )
         .select(
-            "rank", "node", "span_s", "step_time_s", "compute_s", "comm_s", "overlap_s",
-            "exposed_comm_s", "other_s", "idle_s",
-            pl.col("kind").alias("window_kind"), pl.col("steps").alias("window_steps"),
-            pl.col("start_ns").alias("window_start_ns"), pl.col("end_ns").alias("window_end_ns"),
+            "rank",
+            "node",
+            "span_s",
+            "step_time_s",
+            "compute_s",
+            "comm_s",
+            "overlap_s",
+            "exposed_comm_s",
+            "other_s",
+            "idle_s",
+            pl.col("kind").alias("window_kind"),
+            pl.col("steps").alias("window_steps"),
+            pl.col("start_ns").alias("window_start_ns"),
+            pl.col("end_ns").alias("window_end_ns"),
         )
         .sort("rank")
     )

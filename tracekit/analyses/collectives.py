@@ -24,6 +24,7 @@ rest of each rank's span (torch-tb-profiler's method); both stay null when a mem
 missing (``complete`` false). Matching runs on every call of the trace, before the window
 filter, so a call stays matched when one rank's window cuts it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,14 +33,26 @@ import polars as pl
 
 P2P = ("send", "recv")
 COLLECTIVE_COLUMNS = {
-    "rank": pl.Int32, "seq": pl.Int32, "op": pl.Utf8, "bytes": pl.Int64, "wire_op": pl.Utf8,
-    "wire_bytes": pl.Int64, "group": pl.Utf8, "group_size": pl.Int32, "peer": pl.Int32,
-    "start_ns": pl.Int64, "end_ns": pl.Int64, "thread": pl.Utf8, "device": pl.Utf8,
+    "rank": pl.Int32,
+    "seq": pl.Int32,
+    "op": pl.Utf8,
+    "bytes": pl.Int64,
+    "wire_op": pl.Utf8,
+    "wire_bytes": pl.Int64,
+    "group": pl.Utf8,
+    "group_size": pl.Int32,
+    "peer": pl.Int32,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "thread": pl.Utf8,
+    "device": pl.Utf8,
     # the c10d call on the calling thread (CPU; null on GPU): what flight-recorder entries match
-    "call_start_ns": pl.Int64, "call_end_ns": pl.Int64,
+    "call_start_ns": pl.Int64,
+    "call_end_ns": pl.Int64,
     # NCCL kernel name's algorithm and protocol (AllReduce_RING_LL -> RING, LL); null on gloo
-    "algorithm": pl.Utf8, "protocol": pl.Utf8,
-    "group_ranks_text": pl.Utf8,   # record_param_comms "Process Group Ranks" (GPU), JSON text
+    "algorithm": pl.Utf8,
+    "protocol": pl.Utf8,
+    "group_ranks_text": pl.Utf8,  # record_param_comms "Process Group Ranks" (GPU), JSON text
 }
 _KERNEL_ALGO = r"(?i)_(RING|TREE|COLLNET_DIRECT|COLLNET_CHAIN|COLLNET|NVLS_TREE|NVLS|PAT)_(LL128|LL|SIMPLE)(?:_|$)"
 
@@ -48,14 +61,17 @@ def bus_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     """nccl-tests bus-bandwidth factor for an op in a group of n ranks."""
     n = n.cast(pl.Float64)
     return (
-        pl.when(op == "all_reduce").then(2 * (n - 1) / n)
-        .when(op.is_in(["all_gather", "reduce_scatter", "all_to_all"])).then((n - 1) / n)
-        .when(op == "barrier").then(0.0)
+        pl.when(op == "all_reduce")
+        .then(2 * (n - 1) / n)
+        .when(op.is_in(["all_gather", "reduce_scatter", "all_to_all"]))
+        .then((n - 1) / n)
+        .when(op == "barrier")
+        .then(0.0)
         .otherwise(1.0)
     )
 
 
-_SPAN_OP = {"reduce_scatter": "all_reduce"}   # what gloo really runs for a c10d op, where it differs
+_SPAN_OP = {"reduce_scatter": "all_reduce"}  # what gloo really runs for a c10d op, where it differs
 _PAIR_TOLERANCE_NS = 100_000
 
 
@@ -76,7 +92,7 @@ def _pair_rank(calls: list[dict], spans: list[dict]) -> list[int | None]:
         while nxt < len(calls) and calls[nxt]["start_ns"] <= span["start_ns"] + _PAIR_TOLERANCE_NS:
             pending.append(nxt)
             nxt += 1
-        if not pending and nxt < len(calls):    # a span before any call: take the next call
+        if not pending and nxt < len(calls):  # a span before any call: take the next call
             pending.append(nxt)
             nxt += 1
         if not pending:
@@ -107,11 +123,17 @@ def _pair_rank(calls: list[dict], spans: list[dict]) -> list[int | None]:
 
 def _pair(calls: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """Each span with its c10d call's op, bytes, peer, times and flight-recorder facts."""
-    fr_cols = [c for c in ("fr_group", "fr_desc", "fr_seq", "fr_in_bytes", "fr_out_bytes", "fr_source")
-               if c in calls.columns]
-    calls = calls.sort("rank", "start_ns").with_columns(pl.concat_str([pl.col("pid"), pl.col("tid")], separator="/").alias("thread"))
+    fr_cols = [
+        c
+        for c in ("fr_group", "fr_desc", "fr_seq", "fr_in_bytes", "fr_out_bytes", "fr_source")
+        if c in calls.columns
+    ]
+    calls = calls.sort("rank", "start_ns").with_columns(
+        pl.concat_str([pl.col("pid"), pl.col("tid")], separator="/").alias("thread")
+    )
     spans = spans.sort("rank", "start_ns").with_columns(
-        pl.concat_str([pl.col("pid"), pl.col("tid")], separator="/").alias("thread"))
+        pl.concat_str([pl.col("pid"), pl.col("tid")], separator="/").alias("thread")
+    )
     keep = ["rank", "p2p", "op", "bytes", "peer", "start_ns", "end_ns", *fr_cols]
     call_rows = calls.select(keep).to_dicts()
     span_rows = spans.select("rank", "p2p", "op", "bytes", "start_ns", "thread").to_dicts()
@@ -124,31 +146,52 @@ def _pair(calls: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     matched: list[dict | None] = [None] * len(span_rows)
     for key, idx in spans_by_key.items():
         cs = by_key.get(key, [])
-        if key[1]:                               # p2p: in order on the calling thread
+        if key[1]:  # p2p: in order on the calling thread
             picks = [i if i < len(cs) else None for i in range(len(idx))]
         else:
             picks = _pair_rank(cs, [span_rows[k] for k in idx])
         for k, i in zip(idx, picks):
             matched[k] = cs[i] if i is not None else None
-    schema = {"call_op": pl.Utf8, "call_bytes": pl.Int64, "call_peer": pl.Int32, "call_start_ns": pl.Int64,
-              "call_end_ns": pl.Int64, "fr_group": pl.Utf8, "fr_desc": pl.Utf8, "fr_seq": pl.Int64,
-              "fr_in_bytes": pl.Int64, "fr_out_bytes": pl.Int64, "fr_source": pl.Utf8}
+    schema = {
+        "call_op": pl.Utf8,
+        "call_bytes": pl.Int64,
+        "call_peer": pl.Int32,
+        "call_start_ns": pl.Int64,
+        "call_end_ns": pl.Int64,
+        "fr_group": pl.Utf8,
+        "fr_desc": pl.Utf8,
+        "fr_seq": pl.Int64,
+        "fr_in_bytes": pl.Int64,
+        "fr_out_bytes": pl.Int64,
+        "fr_source": pl.Utf8,
+    }
     cols = {name: [] for name in schema}
-    src = {"call_op": "op", "call_bytes": "bytes", "call_peer": "peer", "call_start_ns": "start_ns",
-           "call_end_ns": "end_ns"}
+    src = {
+        "call_op": "op",
+        "call_bytes": "bytes",
+        "call_peer": "peer",
+        "call_start_ns": "start_ns",
+        "call_end_ns": "end_ns",
+    }
     for m in matched:
         for name in schema:
             cols[name].append(None if m is None else m.get(src.get(name, name)))
     return spans.hstack(pl.DataFrame(cols, schema=schema))
 
 
-def cpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int], sources: Any = None) -> tuple[pl.DataFrame, list[str]]:
+def cpu_collectives(
+    events: pl.DataFrame, group_sizes: dict[int, int], sources: Any = None
+) -> tuple[pl.DataFrame, list[str]]:
     """Collective instances of CPU ranks, one row per gloo span, with the op the program asked for
     and, where the run's flight-recorder dumps tell, its process group and sequence number."""
     from tracekit.analyses import groups
 
     warnings: list[str] = []
-    comm = events.filter((pl.col("device") == "cpu") & (pl.col("kind") == "communication") & pl.col("op").is_not_null())
+    comm = events.filter(
+        (pl.col("device") == "cpu")
+        & (pl.col("kind") == "communication")
+        & pl.col("op").is_not_null()
+    )
     p2p = pl.col("op").is_in(P2P)
     calls = comm.filter(pl.col("cat") == "cpu_op").with_columns(p2p.alias("p2p"))
     spans = comm.filter(pl.col("cat") == "user_annotation").with_columns(p2p.alias("p2p"))
@@ -156,7 +199,9 @@ def cpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int], sources: 
         return pl.DataFrame(schema=COLLECTIVE_COLUMNS | groups.FR_COLUMNS), warnings
     n_calls = calls.group_by("rank", "p2p").len()
     n_spans = spans.group_by("rank", "p2p").len()
-    mismatch = n_spans.join(n_calls, on=["rank", "p2p"], how="left").filter(pl.col("len") != pl.col("len_right").fill_null(0))
+    mismatch = n_spans.join(n_calls, on=["rank", "p2p"], how="left").filter(
+        pl.col("len") != pl.col("len_right").fill_null(0)
+    )
     if mismatch.height:
         warnings.append(
             "collective calls and gloo spans differ in number on ranks "
@@ -173,8 +218,7 @@ def cpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int], sources: 
             op.alias("nominal_op"),
             pl.coalesce("call_bytes", "bytes").alias("nominal_bytes"),
             pl.coalesce("peer", "call_peer").alias("peer_"),
-        )
-        .select(
+        ).select(
             "rank",
             pl.int_range(pl.len()).over("rank").cast(pl.Int32).alias("seq"),
             pl.col("nominal_op").alias("op"),
@@ -184,11 +228,21 @@ def cpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int], sources: 
             "group",
             pl.coalesce(pl.col("group_size"), sizes).alias("group_size"),
             pl.col("peer_").alias("peer"),
-            "start_ns", "end_ns",
-            "thread", "device", "call_start_ns", "call_end_ns",
-            pl.lit(None, dtype=pl.Utf8).alias("algorithm"), pl.lit(None, dtype=pl.Utf8).alias("protocol"),
+            "start_ns",
+            "end_ns",
+            "thread",
+            "device",
+            "call_start_ns",
+            "call_end_ns",
+            pl.lit(None, dtype=pl.Utf8).alias("algorithm"),
+            pl.lit(None, dtype=pl.Utf8).alias("protocol"),
             pl.lit(None, dtype=pl.Utf8).alias("group_ranks_text"),
-            "fr_group", "fr_desc", "fr_seq", "fr_in_bytes", "fr_out_bytes", "fr_source",
+            "fr_group",
+            "fr_desc",
+            "fr_seq",
+            "fr_in_bytes",
+            "fr_out_bytes",
+            "fr_source",
         ),
         warnings,
     )
@@ -201,15 +255,19 @@ def gpu_collectives(events: pl.DataFrame, group_sizes: dict[int, int]) -> pl.Dat
     return k.sort("rank", "start_ns").select(
         "rank",
         pl.int_range(pl.len()).over("rank").cast(pl.Int32).alias("seq"),
-        "op", "bytes",
+        "op",
+        "bytes",
         pl.col("op").alias("wire_op"),
         pl.col("bytes").alias("wire_bytes"),
         "group",
         pl.coalesce(pl.col("group_size"), sizes).alias("group_size"),
-        "peer", "start_ns", "end_ns",
+        "peer",
+        "start_ns",
+        "end_ns",
         pl.concat_str([pl.lit("stream"), pl.col("tid")], separator=" ").alias("thread"),
         "device",
-        pl.lit(None, dtype=pl.Int64).alias("call_start_ns"), pl.lit(None, dtype=pl.Int64).alias("call_end_ns"),
+        pl.lit(None, dtype=pl.Int64).alias("call_start_ns"),
+        pl.lit(None, dtype=pl.Int64).alias("call_end_ns"),
         pl.col("name").str.extract(_KERNEL_ALGO, 1).str.to_uppercase().alias("algorithm"),
         pl.col("name").str.extract(_KERNEL_ALGO, 2).str.to_uppercase().alias("protocol"),
         pl.col("group_ranks").alias("group_ranks_text"),
@@ -228,8 +286,13 @@ def raw_collectives(
     from tracekit.analyses import groups, matching
 
     cpu, warnings = cpu_collectives(events, group_sizes, sources)
-    table = pl.concat([cpu.cast(COLLECTIVE_COLUMNS | groups.FR_COLUMNS),
-                       gpu_collectives(events, group_sizes).cast(COLLECTIVE_COLUMNS)], how="diagonal")
+    table = pl.concat(
+        [
+            cpu.cast(COLLECTIVE_COLUMNS | groups.FR_COLUMNS),
+            gpu_collectives(events, group_sizes).cast(COLLECTIVE_COLUMNS),
+        ],
+        how="diagonal",
+    )
     table, group_warnings = groups.attribute(table, sources)
     table, match_warnings = matching.match(table)
     table = table.with_columns(
@@ -245,7 +308,10 @@ def collectives_table(
     starts inside its rank's window, with factor and duration."""
     table, warnings = raw
     table = (
-        table.join(windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")), on="rank")
+        table.join(
+            windows.select("rank", pl.col("start_ns").alias("w0"), pl.col("end_ns").alias("w1")),
+            on="rank",
+        )
         .filter((pl.col("start_ns") >= pl.col("w0")) & (pl.col("start_ns") < pl.col("w1")))
         .drop("w0", "w1")
         .with_columns(((pl.col("end_ns") - pl.col("start_ns")) * 1e-9).alias("duration_s"))
@@ -260,14 +326,27 @@ def collectives_summary(table: pl.DataFrame) -> dict:
     from tracekit.analyses import matching
 
     if table.height == 0:
-        return {"count": 0, "bytes": 0, "ideal_bytes_per_rank": 0, "per_op": [], "per_group": [],
-                "time_basis": "duration", "calls": 0, "complete_calls": 0}
+        return {
+            "count": 0,
+            "bytes": 0,
+            "ideal_bytes_per_rank": 0,
+            "per_op": [],
+            "per_group": [],
+            "time_basis": "duration",
+            "calls": 0,
+            "complete_calls": 0,
+        }
     has_match = "call_id" in table.columns
-    if not has_match:   # a table built without matching: every row on its own
-        table = table.with_columns(pl.lit(None, dtype=pl.Utf8).alias("call_id"), pl.lit(False).alias("complete"),
-                                   pl.lit(None, dtype=pl.Int64).alias("transfer_ns"),
-                                   pl.lit(None, dtype=pl.Int64).alias("wait_ns"))
-    per_rank_ideal = table.group_by("rank").agg((pl.col("bytes").fill_null(0) * pl.col("bus_factor")).sum().alias("ideal"))
+    if not has_match:  # a table built without matching: every row on its own
+        table = table.with_columns(
+            pl.lit(None, dtype=pl.Utf8).alias("call_id"),
+            pl.lit(False).alias("complete"),
+            pl.lit(None, dtype=pl.Int64).alias("transfer_ns"),
+            pl.lit(None, dtype=pl.Int64).alias("wait_ns"),
+        )
+    per_rank_ideal = table.group_by("rank").agg(
+        (pl.col("bytes").fill_null(0) * pl.col("bus_factor")).sum().alias("ideal")
+    )
     per_op = (
         table.group_by("op")
         .agg(
@@ -283,30 +362,42 @@ def collectives_summary(table: pl.DataFrame) -> dict:
             pl.col("wait_ns").filter(pl.col("complete")).sum().alias("wait_ns"),
         )
         .with_columns(
-            pl.when(pl.col("time_s") > 0).then(pl.col("bytes") / pl.col("time_s") / 1e9).alias("algbw_gbps"),
+            pl.when(pl.col("time_s") > 0)
+            .then(pl.col("bytes") / pl.col("time_s") / 1e9)
+            .alias("algbw_gbps"),
         )
         .with_columns((pl.col("algbw_gbps") * pl.col("bus_factor")).alias("busbw_gbps"))
         .sort("bytes", descending=True, nulls_last=True)
     )
     # one row per call for the transfer-based bandwidth (p2p: send and recv are one transfer)
-    calls = matching.calls_frame(table.filter(~pl.col("op").is_in(P2P))).to_dicts() if has_match else []
-    p2p_calls = matching.calls_frame(table.filter(pl.col("op").is_in(P2P))).to_dicts() if has_match else []
+    calls = (
+        matching.calls_frame(table.filter(~pl.col("op").is_in(P2P))).to_dicts() if has_match else []
+    )
+    p2p_calls = (
+        matching.calls_frame(table.filter(pl.col("op").is_in(P2P))).to_dicts() if has_match else []
+    )
     rows = []
     for r in per_op.iter_rows(named=True):
         op_calls = p2p_calls if r["op"] in P2P else [c for c in calls if c["op"] == r["op"]]
         algbw, busbw = matching.bandwidth(op_calls)
         transfer = r["complete_calls"] > 0
-        rows.append({
-            "op": r["op"], "count": r["count"], "bytes": int(r["bytes"] or 0),
-            "wire_bytes": int(r["wire_bytes"] or 0), "unknown_size": r["unknown_size"],
-            "calls": r["calls"], "complete_calls": r["complete_calls"],
-            "transfer_s": r["transfer_ns"] * 1e-9 if transfer else None,
-            "wait_s": r["wait_ns"] * 1e-9 if transfer else None,
-            "time_s": r["time_s"],
-            "algbw_gbps": algbw if transfer else r["algbw_gbps"],
-            "busbw_gbps": busbw if transfer else r["busbw_gbps"],
-            "time_basis": "transfer" if transfer else "duration",
-        })
+        rows.append(
+            {
+                "op": r["op"],
+                "count": r["count"],
+                "bytes": int(r["bytes"] or 0),
+                "wire_bytes": int(r["wire_bytes"] or 0),
+                "unknown_size": r["unknown_size"],
+                "calls": r["calls"],
+                "complete_calls": r["complete_calls"],
+                "transfer_s": r["transfer_ns"] * 1e-9 if transfer else None,
+                "wait_s": r["wait_ns"] * 1e-9 if transfer else None,
+                "time_s": r["time_s"],
+                "algbw_gbps": algbw if transfer else r["algbw_gbps"],
+                "busbw_gbps": busbw if transfer else r["busbw_gbps"],
+                "time_basis": "transfer" if transfer else "duration",
+            }
+        )
     bases = {r["time_basis"] for r in rows}
     return {
         "count": table.height,

@@ -36,12 +36,14 @@ ranks[, desc]}, name = the c10d group name, or its description); the trace's
 flight-recorder dumps (ranks whose dumps hold the group); record_param_comms "Process Group
 Ranks" (GPU).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -53,11 +55,21 @@ TOLERANCE_NS = 500_000
 P2P = ("send", "recv")
 DEFAULT_GROUP = "default"
 # what attribute_calls adds to each c10d call (and the collectives table carries to attribute)
-FR_COLUMNS = {"fr_group": pl.Utf8, "fr_desc": pl.Utf8, "fr_seq": pl.Int64, "fr_in_bytes": pl.Int64,
-              "fr_out_bytes": pl.Int64, "fr_source": pl.Utf8}
+FR_COLUMNS = {
+    "fr_group": pl.Utf8,
+    "fr_desc": pl.Utf8,
+    "fr_seq": pl.Int64,
+    "fr_in_bytes": pl.Int64,
+    "fr_out_bytes": pl.Int64,
+    "fr_source": pl.Utf8,
+}
 GROUP_COLUMNS = {
-    "group": pl.Utf8, "group_desc": pl.Utf8, "group_ranks": pl.List(pl.Int64), "group_seq": pl.Int64,
-    "group_source": pl.Utf8, "dim": pl.Utf8,
+    "group": pl.Utf8,
+    "group_desc": pl.Utf8,
+    "group_ranks": pl.List(pl.Int64),
+    "group_seq": pl.Int64,
+    "group_source": pl.Utf8,
+    "dim": pl.Utf8,
 }
 # flight-recorder op -> the c10d ops it can stand for
 _COMPATIBLE = {"all_reduce": {"all_reduce", "reduce_scatter"}, "reduce_scatter": {"reduce_scatter"}}
@@ -103,7 +115,9 @@ def load_sources(path: Path, run: dict[str, Any] | None, infos: Sequence[Any]) -
     groups = (cfg.get("strategy_options") or {}).get("process_groups") or []
     groups = tuple(g for g in groups if isinstance(g, dict) and isinstance(g.get("ranks"), list))
     pg = {int(i.rank): tuple(i.pg_config or ()) for i in infos}
-    world = (run or {}).get("world_size") or max((i.world_size or 0 for i in infos), default=0) or None
+    world = (
+        (run or {}).get("world_size") or max((i.world_size or 0 for i in infos), default=0) or None
+    )
     return GroupSources(tuple(records), groups, pg, world, tuple(warnings))
 
 
@@ -129,18 +143,25 @@ class _Resolver:
         self.s = sources
         self.fr = _members(sources)
 
-    def __call__(self, rank: int, name: str | None, desc: str | None,
-                 hint: list[int] | None = None) -> tuple[list[int] | None, str | None]:
+    def __call__(
+        self, rank: int, name: str | None, desc: str | None, hint: list[int] | None = None
+    ) -> tuple[list[int] | None, str | None]:
         mine = [g for g in self.s.run_groups if rank in g["ranks"]]
         # the c10d name first; then the description, which a strategy may record as name or desc
-        tries = [("name", name)] + ([("desc", desc), ("name", desc)] if desc not in _NO_DESC else [])
+        tries = [("name", name)] + (
+            [("desc", desc), ("name", desc)] if desc not in _NO_DESC else []
+        )
         for key, value in tries:
             for g in mine:
                 if value is not None and str(g.get(key)) == str(value):
                     return sorted(int(r) for r in g["ranks"]), g.get("dim")
         ranks = None
         for cfg in self.s.pg_configs.get(rank, ()):
-            if name is not None and str(cfg.get("pg_name")) == str(name) and isinstance(cfg.get("ranks"), list):
+            if (
+                name is not None
+                and str(cfg.get("pg_name")) == str(name)
+                and isinstance(cfg.get("ranks"), list)
+            ):
                 ranks = sorted(int(r) for r in cfg["ranks"])
         ranks = ranks or hint or self.fr.get(name or "")
         dim = next((g.get("dim") for g in mine if ranks and sorted(g["ranks"]) == ranks), None)
@@ -159,8 +180,9 @@ def _gap(t: int, start: int, end: int) -> int:
     return max(start - t, 0, t - end)
 
 
-def match_entries(calls: list[dict[str, Any]], entries: list[dict[str, Any]],
-                  tolerance_ns: int = TOLERANCE_NS) -> list[int | None]:
+def match_entries(
+    calls: list[dict[str, Any]], entries: list[dict[str, Any]], tolerance_ns: int = TOLERANCE_NS
+) -> list[int | None]:
     """For each call (sorted by call_start_ns), the index of its entry (sorted by time) or None.
 
     The rule is the module docstring's; both lists must be in time order.
@@ -181,9 +203,12 @@ def match_entries(calls: list[dict[str, Any]], entries: list[dict[str, Any]],
             e = entries[k]
             if _compatible(e["op"], c["op"]):
                 t = e["time_created_ns"]
-                near_next = (nxt is not None and nxt.get("call_start_ns") is not None
-                             and _compatible(e["op"], nxt["op"])
-                             and _gap(t, nxt["call_start_ns"], nxt["call_end_ns"]) < _gap(t, start, end))
+                near_next = (
+                    nxt is not None
+                    and nxt.get("call_start_ns") is not None
+                    and _compatible(e["op"], nxt["op"])
+                    and _gap(t, nxt["call_start_ns"], nxt["call_end_ns"]) < _gap(t, start, end)
+                )
                 if not near_next:
                     found = k
                 break
@@ -195,13 +220,29 @@ def match_entries(calls: list[dict[str, Any]], entries: list[dict[str, Any]],
 
 
 def _entries_of(rec: FlightRecord) -> list[dict[str, Any]]:
-    e = rec.entries.filter(~pl.col("is_p2p").fill_null(False) & pl.col("op").is_not_null()
-                           & pl.col("time_created_ns").is_not_null())
-    return e.sort("time_created_ns").select(
-        "pg_name", "pg_desc", "collective_seq_id", "op", "in_bytes", "out_bytes", "time_created_ns").to_dicts()
+    e = rec.entries.filter(
+        ~pl.col("is_p2p").fill_null(False)
+        & pl.col("op").is_not_null()
+        & pl.col("time_created_ns").is_not_null()
+    )
+    return (
+        e.sort("time_created_ns")
+        .select(
+            "pg_name",
+            "pg_desc",
+            "collective_seq_id",
+            "op",
+            "in_bytes",
+            "out_bytes",
+            "time_created_ns",
+        )
+        .to_dicts()
+    )
 
 
-def attribute_calls(calls: pl.DataFrame, sources: GroupSources | None = None) -> tuple[pl.DataFrame, list[str]]:
+def attribute_calls(
+    calls: pl.DataFrame, sources: GroupSources | None = None
+) -> tuple[pl.DataFrame, list[str]]:
     """Add FR_COLUMNS to the ``c10d::`` call rows (rank, op, start_ns, end_ns) of CPU ranks: each
     call's flight-recorder entry by the module docstring's rule. fr_source is "flight_recorder",
     "unmatched" (the rank has a dump that holds no entry for the call) or null (no dump)."""
@@ -222,23 +263,36 @@ def attribute_calls(calls: pl.DataFrame, sources: GroupSources | None = None) ->
         if rec is None:
             continue
         entries = _entries_of(rec)
-        mine = [{"op": rows[i]["op"], "call_start_ns": rows[i]["start_ns"], "call_end_ns": rows[i]["end_ns"]}
-                for i in idx]
+        mine = [
+            {
+                "op": rows[i]["op"],
+                "call_start_ns": rows[i]["start_ns"],
+                "call_end_ns": rows[i]["end_ns"],
+            }
+            for i in idx
+        ]
         picks = match_entries(mine, entries)
         if not any(k is not None for k in picks):
-            continue                               # a dump of another run or clock: as if none
+            continue  # a dump of another run or clock: as if none
         for i, k in zip(idx, picks):
             if k is None:
                 cols["fr_source"][i] = "unmatched"
                 unmatched[rank] = unmatched.get(rank, 0) + 1
                 continue
             e = entries[k]
-            cols["fr_group"][i], cols["fr_desc"][i], cols["fr_seq"][i] = e["pg_name"], e["pg_desc"], e["collective_seq_id"]
+            cols["fr_group"][i], cols["fr_desc"][i], cols["fr_seq"][i] = (
+                e["pg_name"],
+                e["pg_desc"],
+                e["collective_seq_id"],
+            )
             cols["fr_in_bytes"][i], cols["fr_out_bytes"][i] = e["in_bytes"], e["out_bytes"]
             cols["fr_source"][i] = "flight_recorder"
     if unmatched:
-        warnings.append("flight recorder: " + ", ".join(f"{v} calls on rank {r}" for r, v in sorted(unmatched.items()))
-                        + " matched no entry (ring buffer wrapped?): no group, duration only")
+        warnings.append(
+            "flight recorder: "
+            + ", ".join(f"{v} calls on rank {r}" for r, v in sorted(unmatched.items()))
+            + " matched no entry (ring buffer wrapped?): no group, duration only"
+        )
     drop = [c for c in FR_COLUMNS if c in calls.columns]
     return calls.drop(drop).hstack(pl.DataFrame(cols, schema=FR_COLUMNS)), warnings
 
@@ -248,8 +302,9 @@ def attribute_calls(calls: pl.DataFrame, sources: GroupSources | None = None) ->
 
 def _seq_in_order(table: pl.DataFrame) -> pl.Series:
     """Per (rank, group) call order from 1, for rows whose group is known but seq is not."""
-    order = (pl.when(pl.col("group").is_not_null())
-             .then(pl.int_range(1, pl.len() + 1).over("rank", "group", order_by="start_ns")))
+    order = pl.when(pl.col("group").is_not_null()).then(
+        pl.int_range(1, pl.len() + 1).over("rank", "group", order_by="start_ns")
+    )
     return table.select(order.cast(pl.Int64))[:, 0]
 
 
@@ -263,7 +318,9 @@ def _parse_ranks(text: str | None) -> list[int] | None:
     return sorted(int(r) for r in value) if isinstance(value, list) and value else None
 
 
-def attribute(table: pl.DataFrame, sources: GroupSources | None = None) -> tuple[pl.DataFrame, list[str]]:
+def attribute(
+    table: pl.DataFrame, sources: GroupSources | None = None
+) -> tuple[pl.DataFrame, list[str]]:
     """Fill group, group_desc, group_ranks, group_seq, group_source, dim (and group_size, and
     bytes the trace could not size) on a collectives table whose CPU rows carry FR_COLUMNS
     (attribute_calls); see the module docstring."""
@@ -273,8 +330,9 @@ def attribute(table: pl.DataFrame, sources: GroupSources | None = None) -> tuple
         if c not in table.columns:
             table = table.with_columns(pl.lit(None, dtype=t).alias(c))
     if table.height == 0:
-        return table.with_columns(*[pl.lit(None, dtype=t).alias(c) for c, t in GROUP_COLUMNS.items()]).drop(
-            list(FR_COLUMNS)), warnings
+        return table.with_columns(
+            *[pl.lit(None, dtype=t).alias(c) for c, t in GROUP_COLUMNS.items()]
+        ).drop(list(FR_COLUMNS)), warnings
     resolve = _Resolver(sources)
     traced = sorted(table["rank"].unique().to_list())
     rows = table.to_dicts()
@@ -291,12 +349,20 @@ def attribute(table: pl.DataFrame, sources: GroupSources | None = None) -> tuple
             if r["op"] in P2P:
                 out[i] = {"group_source": "p2p"}
             elif r["device"] != "cpu":
-                out[i] = {"group": r["group"], "group_source": "trace" if r["group"] is not None else None,
-                          "hint": _parse_ranks(r.get("group_ranks_text"))}
+                out[i] = {
+                    "group": r["group"],
+                    "group_source": "trace" if r["group"] is not None else None,
+                    "hint": _parse_ranks(r.get("group_ranks_text")),
+                }
             elif r["fr_source"] == "flight_recorder":
                 fr_bytes = r["fr_out_bytes"] if r["op"] == "all_gather" else r["fr_in_bytes"]
-                out[i] = {"group": r["fr_group"], "group_desc": r["fr_desc"], "group_seq": r["fr_seq"],
-                          "group_source": "flight_recorder", "fr_bytes": fr_bytes}
+                out[i] = {
+                    "group": r["fr_group"],
+                    "group_desc": r["fr_desc"],
+                    "group_seq": r["fr_seq"],
+                    "group_source": "flight_recorder",
+                    "fr_bytes": fr_bytes,
+                }
             elif r["fr_source"] == "unmatched":
                 out[i] = {"group_source": "unmatched"}
             else:
@@ -306,25 +372,36 @@ def attribute(table: pl.DataFrame, sources: GroupSources | None = None) -> tuple
         configs = [c for c in sources.pg_configs.get(rank, ()) if c.get("pg_name") is not None]
         if len(configs) == 1:
             c = configs[0]
-            one = {"group": str(c["pg_name"]), "group_desc": c.get("pg_desc"), "group_source": "pg_config"}
+            one = {
+                "group": str(c["pg_name"]),
+                "group_desc": c.get("pg_desc"),
+                "group_source": "pg_config",
+            }
         elif configs:
             several_ranks.append(rank)
             one = {"group_source": "unknown"}
         else:
             fallback_ranks.append(rank)
-            one = {"group": DEFAULT_GROUP, "group_desc": None, "group_source": "default", "hint": traced}
+            one = {
+                "group": DEFAULT_GROUP,
+                "group_desc": None,
+                "group_source": "default",
+                "hint": traced,
+            }
         for i in fallback:
             out[i] = dict(one)
     if several_ranks:
         warnings.append(
             f"ranks {several_ranks}: several process groups (trace pg_config) but no flight-recorder dump "
             "(<run>/nccl/fr_rank<R>.json): gloo traces do not name a call's group, so their collectives are not "
-            "matched across ranks (durations only, no group); keep the dumps to get groups and transfer/wait")
+            "matched across ranks (durations only, no group); keep the dumps to get groups and transfer/wait"
+        )
     if fallback_ranks:
         warnings.append(
             f"ranks {fallback_ranks}: no flight-recorder dump and no process groups in the trace: every gloo "
             "collective taken as one default group of all traced ranks, matched across ranks by order (op and "
-            "size checked)")
+            "size checked)"
+        )
 
     # members and dims, once per (rank, group)
     resolved: dict[tuple, tuple] = {}
@@ -337,15 +414,25 @@ def attribute(table: pl.DataFrame, sources: GroupSources | None = None) -> tuple
             if key not in resolved:
                 resolved[key] = resolve(r["rank"], group, a.get("group_desc"), a.get("hint"))
             ranks, dim = resolved[key]
-        for c, v in (("group", group), ("group_desc", a.get("group_desc")), ("group_ranks", ranks),
-                     ("group_seq", a.get("group_seq")), ("group_source", a.get("group_source")),
-                     ("dim", dim), ("fr_bytes", a.get("fr_bytes"))):
+        for c, v in (
+            ("group", group),
+            ("group_desc", a.get("group_desc")),
+            ("group_ranks", ranks),
+            ("group_seq", a.get("group_seq")),
+            ("group_source", a.get("group_source")),
+            ("dim", dim),
+            ("fr_bytes", a.get("fr_bytes")),
+        ):
             cols[c].append(v)
     filled = pl.DataFrame(cols, schema={**GROUP_COLUMNS, "fr_bytes": pl.Int64})
-    table = table.drop([c for c in (*GROUP_COLUMNS, *FR_COLUMNS) if c in table.columns]).hstack(filled)
+    table = table.drop([c for c in (*GROUP_COLUMNS, *FR_COLUMNS) if c in table.columns]).hstack(
+        filled
+    )
     table = table.with_columns(
         pl.coalesce(pl.col("group_seq"), _seq_in_order(table)).alias("group_seq"),
-        pl.coalesce(pl.col("group_ranks").list.len().cast(pl.Int32), pl.col("group_size")).alias("group_size"),
+        pl.coalesce(pl.col("group_ranks").list.len().cast(pl.Int32), pl.col("group_size")).alias(
+            "group_size"
+        ),
         pl.coalesce(pl.col("bytes"), pl.col("fr_bytes")).alias("bytes"),
     ).drop("fr_bytes")
     return table, warnings
@@ -354,5 +441,8 @@ def attribute(table: pl.DataFrame, sources: GroupSources | None = None) -> tuple
 def drop_resolved_warnings(warnings: list[str], table: pl.DataFrame) -> list[str]:
     """Ingest warns that it left all-gather/reduce-scatter bytes null when a trace lists groups of
     several sizes; drop that warning when the flight recorder sized every such call."""
-    sized = table.filter(pl.col("op").is_in(["all_gather", "reduce_scatter"]))["bytes"].null_count() == 0
+    sized = (
+        table.filter(pl.col("op").is_in(["all_gather", "reduce_scatter"]))["bytes"].null_count()
+        == 0
+    )
     return [w for w in warnings if not (sized and "bytes left null for" in w)]

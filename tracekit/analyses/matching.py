@@ -20,6 +20,7 @@ algbw x factor(op, n). Summed over calls: algbw = sum S / sum transfer, busbw = 
 sum transfer. transfer_s and wait_s in the summaries are sums over every rank's rows, so that
 transfer_s + wait_s = time_s of the matched rows.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,18 +28,46 @@ from typing import Any
 import polars as pl
 
 P2P = ("send", "recv")
-MATCH_COLUMNS = {"call_id": pl.Utf8, "complete": pl.Boolean, "transfer_ns": pl.Int64, "wait_ns": pl.Int64,
-                 "src": pl.Int32, "dst": pl.Int32}
-MATCHES_SCHEMA = {"group": pl.Utf8, "seq": pl.Int64, "op": pl.Utf8, "bytes": pl.Int64, "rank": pl.Int32,
-                  "start_ns": pl.Int64, "end_ns": pl.Int64, "transfer_ns": pl.Int64, "wait_ns": pl.Int64,
-                  "complete": pl.Boolean, "group_size": pl.Int32, "dim": pl.Utf8, "call_id": pl.Utf8}
+MATCH_COLUMNS = {
+    "call_id": pl.Utf8,
+    "complete": pl.Boolean,
+    "transfer_ns": pl.Int64,
+    "wait_ns": pl.Int64,
+    "src": pl.Int32,
+    "dst": pl.Int32,
+}
+MATCHES_SCHEMA = {
+    "group": pl.Utf8,
+    "seq": pl.Int64,
+    "op": pl.Utf8,
+    "bytes": pl.Int64,
+    "rank": pl.Int32,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "transfer_ns": pl.Int64,
+    "wait_ns": pl.Int64,
+    "complete": pl.Boolean,
+    "group_size": pl.Int32,
+    "dim": pl.Utf8,
+    "call_id": pl.Utf8,
+}
 
 
 def _keys(table: pl.DataFrame) -> pl.DataFrame:
     """call_id and the ranks that must take part, for every row that can be matched."""
     is_p2p = pl.col("op").is_in(P2P)
-    src = pl.when(pl.col("op") == "send").then(pl.col("rank")).otherwise(pl.col("peer")).cast(pl.Int32)
-    dst = pl.when(pl.col("op") == "send").then(pl.col("peer")).otherwise(pl.col("rank")).cast(pl.Int32)
+    src = (
+        pl.when(pl.col("op") == "send")
+        .then(pl.col("rank"))
+        .otherwise(pl.col("peer"))
+        .cast(pl.Int32)
+    )
+    dst = (
+        pl.when(pl.col("op") == "send")
+        .then(pl.col("peer"))
+        .otherwise(pl.col("rank"))
+        .cast(pl.Int32)
+    )
     t = table.with_columns(
         pl.when(is_p2p).then(src).alias("src"),
         pl.when(is_p2p).then(dst).alias("dst"),
@@ -53,8 +82,10 @@ def _keys(table: pl.DataFrame) -> pl.DataFrame:
         .when(~is_p2p & pl.col("group").is_not_null() & pl.col("group_seq").is_not_null())
         .then(pl.format("{}#{}", "group", "group_seq"))
         .alias("call_id"),
-        pl.when(is_p2p).then(pl.concat_list(pl.col("src").cast(pl.Int64), pl.col("dst").cast(pl.Int64)))
-        .otherwise(pl.col("group_ranks")).alias("_expected"),
+        pl.when(is_p2p)
+        .then(pl.concat_list(pl.col("src").cast(pl.Int64), pl.col("dst").cast(pl.Int64)))
+        .otherwise(pl.col("group_ranks"))
+        .alias("_expected"),
     ).drop("_k")
 
 
@@ -81,9 +112,12 @@ def _p2p_index(p2p: pl.DataFrame) -> pl.DataFrame:
         sends = part.filter(pl.col("op") == "send").sort("start_ns")
         recvs = part.filter(pl.col("op") == "recv").sort("start_ns")
         # a send is posted when its c10d call starts (isend: the span may come later, at wait)
-        posted = sends.select(pl.min_horizontal(pl.col("call_start_ns").fill_null(pl.col("start_ns")),
-                                                "start_ns"))[:, 0]
-        shift = best_shift(list(zip(posted, sends["end_ns"])), list(zip(recvs["start_ns"], recvs["end_ns"])))
+        posted = sends.select(
+            pl.min_horizontal(pl.col("call_start_ns").fill_null(pl.col("start_ns")), "start_ns")
+        )[:, 0]
+        shift = best_shift(
+            list(zip(posted, sends["end_ns"])), list(zip(recvs["start_ns"], recvs["end_ns"]))
+        )
         rows += [(r, i) for i, r in enumerate(sends["_row"].to_list())]
         rows += [(r, j + shift) for j, r in enumerate(recvs["_row"].to_list())]
     return pl.DataFrame(rows, schema={"_row": pl.UInt32, "_k": pl.Int64}, orient="row")
@@ -93,7 +127,9 @@ def match(table: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """Add call_id, complete, transfer_ns, wait_ns (and src, dst for p2p) to a collectives table."""
     warnings: list[str] = []
     if table.height == 0:
-        return table.with_columns(*[pl.lit(None, dtype=t).alias(c) for c, t in MATCH_COLUMNS.items()]), warnings
+        return table.with_columns(
+            *[pl.lit(None, dtype=t).alias(c) for c, t in MATCH_COLUMNS.items()]
+        ), warnings
     t = _keys(table).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_dur"))
     calls = (
         t.filter(pl.col("call_id").is_not_null())
@@ -103,30 +139,50 @@ def match(table: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             pl.col("rank").n_unique().alias("_n_ranks"),
             pl.col("rank").cast(pl.Int64).sort().alias("_present"),
             pl.col("_expected").first().list.sort().alias("_want"),
-            pl.when(pl.col("op").is_in(P2P)).then(pl.lit("p2p")).otherwise(pl.col("op")).n_unique().alias("_ops"),
+            pl.when(pl.col("op").is_in(P2P))
+            .then(pl.lit("p2p"))
+            .otherwise(pl.col("op"))
+            .n_unique()
+            .alias("_ops"),
             pl.col("bytes").drop_nulls().n_unique().alias("_sizes"),
             pl.col("_dur").min().alias("_transfer"),
         )
         .with_columns(
-            ((pl.col("_ops") == 1) & (pl.col("_sizes") <= 1) & (pl.col("_n") == pl.col("_n_ranks"))).alias("_consistent"),
+            (
+                (pl.col("_ops") == 1)
+                & (pl.col("_sizes") <= 1)
+                & (pl.col("_n") == pl.col("_n_ranks"))
+            ).alias("_consistent"),
         )
         .with_columns(
-            (pl.col("_consistent") & pl.col("_want").is_not_null() & (pl.col("_present") == pl.col("_want"))
-             ).alias("complete"),
+            (
+                pl.col("_consistent")
+                & pl.col("_want").is_not_null()
+                & (pl.col("_present") == pl.col("_want"))
+            ).alias("complete"),
         )
     )
     bad = calls.filter(~pl.col("_consistent")).height
     if bad:
-        warnings.append(f"{bad} collective calls matched across ranks disagree in op or size, or repeat on a rank "
-                        "(desynchronised ranks, or groups guessed without flight-recorder dumps): duration only")
-    t = t.join(calls.select("call_id", "complete", "_transfer"), on="call_id", how="left").with_columns(
-        pl.col("complete").fill_null(False),
-    ).with_columns(
-        pl.when(pl.col("complete")).then(pl.col("_transfer")).alias("transfer_ns"),
-    ).with_columns(
-        (pl.col("_dur") - pl.col("transfer_ns")).alias("wait_ns"),
+        warnings.append(
+            f"{bad} collective calls matched across ranks disagree in op or size, or repeat on a rank "
+            "(desynchronised ranks, or groups guessed without flight-recorder dumps): duration only"
+        )
+    t = (
+        t.join(calls.select("call_id", "complete", "_transfer"), on="call_id", how="left")
+        .with_columns(
+            pl.col("complete").fill_null(False),
+        )
+        .with_columns(
+            pl.when(pl.col("complete")).then(pl.col("_transfer")).alias("transfer_ns"),
+        )
+        .with_columns(
+            (pl.col("_dur") - pl.col("transfer_ns")).alias("wait_ns"),
+        )
     )
-    return t.drop("_expected", "_dur", "_transfer").cast({k: v for k, v in MATCH_COLUMNS.items()}), warnings
+    return t.drop("_expected", "_dur", "_transfer").cast(
+        {k: v for k, v in MATCH_COLUMNS.items()}
+    ), warnings
 
 
 def matches_frame(table: pl.DataFrame) -> pl.DataFrame:
@@ -136,14 +192,31 @@ def matches_frame(table: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=MATCHES_SCHEMA)
     m = table.filter(pl.col("call_id").is_not_null())
     is_p2p = pl.col("op").is_in(P2P)
-    return m.select(
-        pl.when(is_p2p).then(pl.format("p2p {}->{}", "src", "dst")).otherwise(pl.col("group")).alias("group"),
-        pl.when(is_p2p).then(pl.col("call_id").str.extract(r"#(\d+)$", 1).cast(pl.Int64))
-        .otherwise(pl.col("group_seq")).alias("seq"),
-        "op", "bytes", "rank", "start_ns", "end_ns", "transfer_ns", "wait_ns", "complete",
-        pl.when(is_p2p).then(pl.lit(2)).otherwise(pl.col("group_size")).alias("group_size"),
-        "dim", "call_id",
-    ).cast(MATCHES_SCHEMA).sort("group", "seq", "rank")
+    return (
+        m.select(
+            pl.when(is_p2p)
+            .then(pl.format("p2p {}->{}", "src", "dst"))
+            .otherwise(pl.col("group"))
+            .alias("group"),
+            pl.when(is_p2p)
+            .then(pl.col("call_id").str.extract(r"#(\d+)$", 1).cast(pl.Int64))
+            .otherwise(pl.col("group_seq"))
+            .alias("seq"),
+            "op",
+            "bytes",
+            "rank",
+            "start_ns",
+            "end_ns",
+            "transfer_ns",
+            "wait_ns",
+            "complete",
+            pl.when(is_p2p).then(pl.lit(2)).otherwise(pl.col("group_size")).alias("group_size"),
+            "dim",
+            "call_id",
+        )
+        .cast(MATCHES_SCHEMA)
+        .sort("group", "seq", "rank")
+    )
 
 
 def calls_frame(table: pl.DataFrame) -> pl.DataFrame:
@@ -156,21 +229,29 @@ def calls_frame(table: pl.DataFrame) -> pl.DataFrame:
         t.sort("rank")
         .group_by("call_id", maintain_order=True)
         .agg(
-            pl.col("group").first(), pl.col("group_desc").first(), pl.col("dim").first(),
+            pl.col("group").first(),
+            pl.col("group_desc").first(),
+            pl.col("dim").first(),
             pl.col("group_seq").first().alias("seq"),
             # a p2p transfer is named by its send side when that is traced
             pl.col("op").sort_by(~is_send).first().alias("op"),
             pl.col("bytes").max(),
             pl.col("group_ranks").first().list.sort().alias("ranks"),
             pl.col("group_size").max(),
-            pl.col("src").first(), pl.col("dst").first(),
-            pl.col("algorithm").drop_nulls().first(), pl.col("protocol").drop_nulls().first(),
+            pl.col("src").first(),
+            pl.col("dst").first(),
+            pl.col("algorithm").drop_nulls().first(),
+            pl.col("protocol").drop_nulls().first(),
             pl.col("device").first(),
-            pl.col("complete").first(), pl.col("transfer_ns").first(),
-            pl.col("start_ns").min(), pl.col("end_ns").max(),
+            pl.col("complete").first(),
+            pl.col("transfer_ns").first(),
+            pl.col("start_ns").min(),
+            pl.col("end_ns").max(),
             pl.col("rank").n_unique().alias("present"),
         )
-        .with_columns(pl.when(pl.col("op") == "recv").then(pl.lit("send")).otherwise(pl.col("op")).alias("op"))
+        .with_columns(
+            pl.when(pl.col("op") == "recv").then(pl.lit("send")).otherwise(pl.col("op")).alias("op")
+        )
         .sort("start_ns")
     )
 
@@ -186,7 +267,11 @@ def _bus_factor(op: str | None, n: int | None) -> float:
 
 def bandwidth(calls: list[dict[str, Any]]) -> tuple[float | None, float | None]:
     """(algbw, busbw) in GB/s over complete calls: sum S / sum transfer (nccl-tests factors)."""
-    done = [c for c in calls if c.get("complete") and c.get("transfer_ns") and c.get("bytes") is not None]
+    done = [
+        c
+        for c in calls
+        if c.get("complete") and c.get("transfer_ns") and c.get("bytes") is not None
+    ]
     t = sum(c["transfer_ns"] for c in done) * 1e-9
     if not done or t <= 0:
         return None, None
@@ -203,15 +288,23 @@ def per_group(table: pl.DataFrame) -> list[dict[str, Any]]:
     calls = calls_frame(table)
     is_p2p = pl.col("op").is_in(P2P)
     calls = calls.with_columns(
-        pl.when(is_p2p).then(pl.format("p2p {}->{}", "src", "dst")).otherwise(pl.col("group")).alias("gkey"))
-    rows_t = (table.filter(pl.col("call_id").is_not_null())
-              .join(calls.select("call_id", "gkey"), on="call_id")
-              .with_columns(pl.when(is_p2p).then(pl.lit("send")).otherwise(pl.col("op")).alias("op"))
-              .group_by("gkey", "op").agg(
-                  pl.len().alias("rank_rows"),
-                  pl.col("transfer_ns").filter(pl.col("complete")).sum().alias("transfer_ns"),
-                  pl.col("wait_ns").filter(pl.col("complete")).sum().alias("wait_ns"),
-                  (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns")))
+        pl.when(is_p2p)
+        .then(pl.format("p2p {}->{}", "src", "dst"))
+        .otherwise(pl.col("group"))
+        .alias("gkey")
+    )
+    rows_t = (
+        table.filter(pl.col("call_id").is_not_null())
+        .join(calls.select("call_id", "gkey"), on="call_id")
+        .with_columns(pl.when(is_p2p).then(pl.lit("send")).otherwise(pl.col("op")).alias("op"))
+        .group_by("gkey", "op")
+        .agg(
+            pl.len().alias("rank_rows"),
+            pl.col("transfer_ns").filter(pl.col("complete")).sum().alias("transfer_ns"),
+            pl.col("wait_ns").filter(pl.col("complete")).sum().alias("wait_ns"),
+            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"),
+        )
+    )
     out = []
     for (gkey, op), part in calls.group_by("gkey", "op", maintain_order=True):
         dicts = part.to_dicts()
@@ -219,18 +312,28 @@ def per_group(table: pl.DataFrame) -> list[dict[str, Any]]:
         algbw, busbw = bandwidth(dicts)
         agg = rows_t.filter((pl.col("gkey") == gkey) & (pl.col("op") == op)).to_dicts()[0]
         complete = sum(1 for c in dicts if c["complete"])
-        out.append({
-            "group": gkey, "desc": first["group_desc"], "dim": first["dim"],
-            "ranks": first["ranks"] if first["ranks"] is not None else [first["src"], first["dst"]],
-            "group_size": first["group_size"] if op not in P2P else 2,
-            "op": op, "count": len(dicts), "complete_calls": complete, "rank_rows": agg["rank_rows"],
-            "bytes": int(sum(c["bytes"] or 0 for c in dicts)),
-            "unknown_size": sum(1 for c in dicts if c["bytes"] is None),
-            "transfer_s": agg["transfer_ns"] * 1e-9 if complete else None,
-            "wait_s": agg["wait_ns"] * 1e-9 if complete else None,
-            "time_s": agg["time_ns"] * 1e-9,
-            "algbw_gbps": algbw, "busbw_gbps": busbw,
-            "time_basis": "transfer" if complete else "duration",
-        })
+        out.append(
+            {
+                "group": gkey,
+                "desc": first["group_desc"],
+                "dim": first["dim"],
+                "ranks": first["ranks"]
+                if first["ranks"] is not None
+                else [first["src"], first["dst"]],
+                "group_size": first["group_size"] if op not in P2P else 2,
+                "op": op,
+                "count": len(dicts),
+                "complete_calls": complete,
+                "rank_rows": agg["rank_rows"],
+                "bytes": int(sum(c["bytes"] or 0 for c in dicts)),
+                "unknown_size": sum(1 for c in dicts if c["bytes"] is None),
+                "transfer_s": agg["transfer_ns"] * 1e-9 if complete else None,
+                "wait_s": agg["wait_ns"] * 1e-9 if complete else None,
+                "time_s": agg["time_ns"] * 1e-9,
+                "algbw_gbps": algbw,
+                "busbw_gbps": busbw,
+                "time_basis": "transfer" if complete else "duration",
+            }
+        )
     out.sort(key=lambda r: (str(r["group"]), str(r["op"])))
     return out

@@ -24,6 +24,7 @@ world size): DP 16Psi; ZeRO-1 fp32 8Psi+8Psi/N, bf16-mixed 4Psi+12Psi/N; ZeRO-2 
 (TP, pipelines), whose per_rank rows are still reported. ``ratio_to_theory`` at the top is the mean
 over ranks.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,7 +32,13 @@ from typing import Any
 
 from tracekit import runfolder, theory
 
-STATE_KEYS = ("params_bytes", "grads_bytes", "optimizer_bytes", "model_states_bytes", "activation_peak_bytes")
+STATE_KEYS = (
+    "params_bytes",
+    "grads_bytes",
+    "optimizer_bytes",
+    "model_states_bytes",
+    "activation_peak_bytes",
+)
 # strategies whose model states follow another's formula (HSDP: ZeRO-3 inside its shard group)
 THEORY_AS = {"hsdp": "zero3"}
 
@@ -41,7 +48,9 @@ def _peak(peaks: dict[str, int]) -> tuple[int | None, str | None]:
     if not peaks:
         return None, None
     accel = {d: b for d, b in peaks.items() if d != "cpu"}
-    device = max(accel, key=accel.get) if accel else ("cpu" if "cpu" in peaks else next(iter(peaks)))
+    device = (
+        max(accel, key=accel.get) if accel else ("cpu" if "cpu" in peaks else next(iter(peaks)))
+    )
     return int(peaks[device]), device
 
 
@@ -49,7 +58,12 @@ def sharding_degree(run: dict[str, Any]) -> int:
     """N of the formulas: the number of ranks the model states are partitioned over."""
     cfg = run.get("config") or {}
     opts = cfg.get("strategy_options") or {}
-    for value in (opts.get("shard_size"), opts.get("dp_degree"), cfg.get("dp_degree"), run.get("world_size")):
+    for value in (
+        opts.get("shard_size"),
+        opts.get("dp_degree"),
+        cfg.get("dp_degree"),
+        run.get("world_size"),
+    ):
         if isinstance(value, int) and value > 0:
             return value
     return 1
@@ -68,21 +82,35 @@ def theory_for(run: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else {**value, "psi": psi, "n": n, "precision": precision}
 
 
-def memory_rows(path: Path, run: dict[str, Any] | None, peaks: dict[int, dict[str, int]]) -> list[dict[str, Any]]:
+def memory_rows(
+    path: Path, run: dict[str, Any] | None, peaks: dict[int, dict[str, int]]
+) -> list[dict[str, Any]]:
     """per_rank rows from memory/rank<R>.json (run folders) and the traces' peaks."""
     ranks = sorted(set(peaks) | set(range(int((run or {}).get("world_size") or 0))))
     expected = theory_for(run)
     rows = []
     for rank in ranks:
-        counted = runfolder.load_json_if_present(runfolder.memory_path(path, rank)) if path.is_dir() else None
+        counted = (
+            runfolder.load_json_if_present(runfolder.memory_path(path, rank))
+            if path.is_dir()
+            else None
+        )
         counted = counted if isinstance(counted, dict) else {}
         peak, device = _peak(peaks.get(rank, {}))
         if not counted and peak is None:
             continue
-        row = {"rank": rank, **{k: counted.get(k) for k in STATE_KEYS}, "peak_bytes": peak, "peak_device": device}
+        row = {
+            "rank": rank,
+            **{k: counted.get(k) for k in STATE_KEYS},
+            "peak_bytes": peak,
+            "peak_device": device,
+        }
         states = row["model_states_bytes"]
-        row["ratio_to_theory"] = (states / expected["model_states_bytes"]
-                                  if expected and states is not None and expected["model_states_bytes"] else None)
+        row["ratio_to_theory"] = (
+            states / expected["model_states_bytes"]
+            if expected and states is not None and expected["model_states_bytes"]
+            else None
+        )
         rows.append(row)
     return rows
 
@@ -97,11 +125,23 @@ def memory(inp: Any) -> tuple[dict[str, Any] | None, dict, list[str]]:
     ratios = [r["ratio_to_theory"] for r in rows if r["ratio_to_theory"] is not None]
     warnings = []
     if inp.run and not any(r["model_states_bytes"] is not None for r in rows):
-        warnings.append("memory: the run wrote no memory/rank<R>.json; only the profiler's peaks are shown")
-    return {
-        "per_rank": rows,
-        "theory": None if expected is None else {"model_states_bytes": expected["model_states_bytes"],
-                                                 "formula": expected["formula"], "psi": expected["psi"],
-                                                 "n": expected["n"], "precision": expected["precision"]},
-        "ratio_to_theory": sum(ratios) / len(ratios) if ratios else None,
-    }, {}, warnings
+        warnings.append(
+            "memory: the run wrote no memory/rank<R>.json; only the profiler's peaks are shown"
+        )
+    return (
+        {
+            "per_rank": rows,
+            "theory": None
+            if expected is None
+            else {
+                "model_states_bytes": expected["model_states_bytes"],
+                "formula": expected["formula"],
+                "psi": expected["psi"],
+                "n": expected["n"],
+                "precision": expected["precision"],
+            },
+            "ratio_to_theory": sum(ratios) / len(ratios) if ratios else None,
+        },
+        {},
+        warnings,
+    )

@@ -41,6 +41,7 @@ steps), ``duration_s``, ``hidden_s``, ``exposed_s`` (per rank over the window, a
 and ``hidden_fraction``. Frame ``overlap_units``: one row per call per rank. None when the trace
 has no all-gather or reduce-scatter.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -57,8 +58,17 @@ FSDP_SITE = r"^FSDP::(all_gather|post_backward_reduce|reduce_scatter)(?: \((?P<f
 FSDP_HOOK = r"^FSDP::(pre_forward|post_forward|forward_prefetch|pre_backward|post_backward|backward_prefetch)"
 WAIT_LABEL = r"^comm:wait:|^FSDP::\w*_wait"
 FRAME_SCHEMA = {
-    "rank": pl.Int32, "unit": pl.Utf8, "phase": pl.Utf8, "op": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64,
-    "duration_s": pl.Float64, "hidden_s": pl.Float64, "exposed_s": pl.Float64, "bytes": pl.Int64, "label": pl.Utf8,
+    "rank": pl.Int32,
+    "unit": pl.Utf8,
+    "phase": pl.Utf8,
+    "op": pl.Utf8,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "duration_s": pl.Float64,
+    "hidden_s": pl.Float64,
+    "exposed_s": pl.Float64,
+    "bytes": pl.Int64,
+    "label": pl.Utf8,
 }
 
 
@@ -73,8 +83,12 @@ def _call_sites(events: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
     """
     cpu_calls = (
         events.filter((pl.col("cat") == "cpu_op") & (pl.col("kind") == "communication"))
-        .select("rank", pl.col("start_ns").alias("call_start_ns"), pl.col("pid").alias("call_pid"),
-                pl.col("tid").alias("call_tid"))
+        .select(
+            "rank",
+            pl.col("start_ns").alias("call_start_ns"),
+            pl.col("pid").alias("call_pid"),
+            pl.col("tid").alias("call_tid"),
+        )
         .unique(["rank", "call_start_ns"], keep="first")
     )
     kernels = (
@@ -83,13 +97,21 @@ def _call_sites(events: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
         .unique(["rank", "start_ns", "end_ns"], keep="first")
     )
     launches = (
-        events.filter((pl.col("device") == "cpu") & pl.col("correlation").is_not_null()
-                      & pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
-        .select("rank", "correlation", pl.col("start_ns").alias("launch_ns"), pl.col("pid").alias("launch_pid"),
-                pl.col("tid").alias("launch_tid"))
+        events.filter(
+            (pl.col("device") == "cpu")
+            & pl.col("correlation").is_not_null()
+            & pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+        )
+        .select(
+            "rank",
+            "correlation",
+            pl.col("start_ns").alias("launch_ns"),
+            pl.col("pid").alias("launch_pid"),
+            pl.col("tid").alias("launch_tid"),
+        )
         .unique(["rank", "correlation"], keep="first")
     )
-    if "call_start_ns" not in coll.columns:   # a table without the CPU pairing (GPU only)
+    if "call_start_ns" not in coll.columns:  # a table without the CPU pairing (GPU only)
         coll = coll.with_columns(pl.lit(None, dtype=pl.Int64).alias("call_start_ns"))
     return (
         coll.join(cpu_calls, on=["rank", "call_start_ns"], how="left")
@@ -109,83 +131,149 @@ def _innermost(calls: pl.DataFrame, spans: pl.DataFrame, prefix: str) -> pl.Data
     columns ``<prefix>`` (the name) added. Spans of one kind do not nest on a thread (or nest only
     one inside the other, where the inner one is the one wanted), so an as-of join suffices."""
     spans = spans.select(
-        pl.col("rank"), pl.col("pid").alias("call_pid"), pl.col("tid").alias("call_tid"),
-        pl.col("start_ns").alias("s_start"), pl.col("end_ns").alias("s_end"), pl.col("name").alias(prefix),
+        pl.col("rank"),
+        pl.col("pid").alias("call_pid"),
+        pl.col("tid").alias("call_tid"),
+        pl.col("start_ns").alias("s_start"),
+        pl.col("end_ns").alias("s_end"),
+        pl.col("name").alias(prefix),
     ).sort("s_start")
     joined = calls.sort("call_ns").join_asof(
-        spans, left_on="call_ns", right_on="s_start", by=["rank", "call_pid", "call_tid"], strategy="backward",
-        check_sortedness=False,   # both sorted globally on the key
+        spans,
+        left_on="call_ns",
+        right_on="s_start",
+        by=["rank", "call_pid", "call_tid"],
+        strategy="backward",
+        check_sortedness=False,  # both sorted globally on the key
     )
     inside = pl.col("s_end") >= pl.col("call_ns")
-    return joined.with_columns(pl.when(inside).then(pl.col(prefix)).alias(prefix)).drop("s_start", "s_end")
+    return joined.with_columns(pl.when(inside).then(pl.col(prefix)).alias(prefix)).drop(
+        "s_start", "s_end"
+    )
 
 
 def _attribute(events: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """Add ``label`` (the site label), ``unit`` and ``phase`` to every call (module docstring)."""
-    ann = events.filter((pl.col("device") == "cpu") & (pl.col("cat") == "user_annotation")
-                        & ~pl.col("name").str.starts_with("gloo:"))
+    ann = events.filter(
+        (pl.col("device") == "cpu")
+        & (pl.col("cat") == "user_annotation")
+        & ~pl.col("name").str.starts_with("gloo:")
+    )
     name = pl.col("name")
     ours = name.str.contains(r"^comm:(all_gather|reduce_scatter):")
     site = ann.filter(ours | name.str.contains(FSDP_SITE))
     hooks = ann.filter(name.str.contains(FSDP_HOOK))
-    phases = ann.filter(name.is_in([labels.FORWARD, labels.BACKWARD, labels.OPTIMIZER, labels.ZERO_GRAD]))
+    phases = ann.filter(
+        name.is_in([labels.FORWARD, labels.BACKWARD, labels.OPTIMIZER, labels.ZERO_GRAD])
+    )
     calls = calls.with_row_index("_row")
-    found = calls.filter(pl.col("call_ns").is_not_null())      # as-of joins need a time
+    found = calls.filter(pl.col("call_ns").is_not_null())  # as-of joins need a time
     for spans, column in ((site, "label"), (hooks, "hook"), (phases, "phase_label")):
         found = _innermost(found, spans, column)
     out = calls.join(found.select("_row", "label", "hook", "phase_label"), on="_row", how="left")
 
-    parsed = {n: labels.parse(n) for n in out["label"].drop_nulls().unique().to_list() if n.startswith("comm:")}
+    parsed = {
+        n: labels.parse(n)
+        for n in out["label"].drop_nulls().unique().to_list()
+        if n.startswith("comm:")
+    }
     our_unit = {n: lab.what for n, lab in parsed.items() if lab is not None}
-    our_dir = {n: next((q for q in lab.qualifiers if q in (labels.FWD, labels.BWD)), None)
-               for n, lab in parsed.items() if lab is not None}
+    our_dir = {
+        n: next((q for q in lab.qualifiers if q in (labels.FWD, labels.BWD)), None)
+        for n, lab in parsed.items()
+        if lab is not None
+    }
     fsdp_fqn = pl.col("label").str.extract(FSDP_SITE, 2)
-    hook_fqn = pl.coalesce(pl.col("hook").str.extract(r"\(([^)]*)\)$", 1),
-                           pl.col("hook").str.extract(r"_prefetch for (.+)$", 1))
+    hook_fqn = pl.coalesce(
+        pl.col("hook").str.extract(r"\(([^)]*)\)$", 1),
+        pl.col("hook").str.extract(r"_prefetch for (.+)$", 1),
+    )
     unit = (
         pl.when(pl.col("label").str.starts_with("comm:"))
         .then(pl.col("label").replace_strict(our_unit, default=None, return_dtype=pl.Utf8))
         .when(pl.col("label").str.starts_with("FSDP::"))
-        .then(pl.when(fsdp_fqn.is_null() | (fsdp_fqn == "")).then(pl.lit("root")).otherwise(fsdp_fqn))
+        .then(
+            pl.when(fsdp_fqn.is_null() | (fsdp_fqn == "")).then(pl.lit("root")).otherwise(fsdp_fqn)
+        )
         .when(pl.col("hook").is_not_null())
-        .then(pl.when(hook_fqn.is_null() | (hook_fqn == "")).then(pl.lit("root")).otherwise(hook_fqn))
+        .then(
+            pl.when(hook_fqn.is_null() | (hook_fqn == "")).then(pl.lit("root")).otherwise(hook_fqn)
+        )
         .otherwise(pl.lit(UNLABELLED))
     )
-    hook_dir = (pl.when(pl.col("hook").str.contains("backward")).then(pl.lit(labels.BWD))
-                .when(pl.col("hook").str.contains("forward")).then(pl.lit(labels.FWD)))
-    phase_dir = (pl.when(pl.col("phase_label") == labels.FORWARD).then(pl.lit(labels.FWD))
-                 .when(pl.col("phase_label") == labels.BACKWARD).then(pl.lit(labels.BWD)))
-    phase = (
-        pl.when(pl.col("op") == "reduce_scatter").then(pl.lit(labels.BWD))   # a gradient reduce
-        .otherwise(pl.coalesce(
-            pl.col("label").replace_strict(our_dir, default=None, return_dtype=pl.Utf8),
-            hook_dir, phase_dir, pl.lit("step")))
+    hook_dir = (
+        pl.when(pl.col("hook").str.contains("backward"))
+        .then(pl.lit(labels.BWD))
+        .when(pl.col("hook").str.contains("forward"))
+        .then(pl.lit(labels.FWD))
     )
-    return out.with_columns(unit.alias("unit"), phase.alias("phase")).drop("_row", "hook", "phase_label")
+    phase_dir = (
+        pl.when(pl.col("phase_label") == labels.FORWARD)
+        .then(pl.lit(labels.FWD))
+        .when(pl.col("phase_label") == labels.BACKWARD)
+        .then(pl.lit(labels.BWD))
+    )
+    phase = (
+        pl.when(pl.col("op") == "reduce_scatter")
+        .then(pl.lit(labels.BWD))  # a gradient reduce
+        .otherwise(
+            pl.coalesce(
+                pl.col("label").replace_strict(our_dir, default=None, return_dtype=pl.Utf8),
+                hook_dir,
+                phase_dir,
+                pl.lit("step"),
+            )
+        )
+    )
+    return out.with_columns(unit.alias("unit"), phase.alias("phase")).drop(
+        "_row", "hook", "phase_label"
+    )
 
 
 # --- hidden under compute ----------------------------------------------------------------------
 
 
-def compute_intervals(segments: pl.DataFrame, events: pl.DataFrame, gpu_ranks: set[int] = frozenset()) -> pl.DataFrame:
+def compute_intervals(
+    segments: pl.DataFrame, events: pl.DataFrame, gpu_ranks: set[int] = frozenset()
+) -> pl.DataFrame:
     """Disjoint compute intervals per rank (rank, start_ns, end_ns): the timeline's compute and
     overlap segments, minus wait labels on CPU ranks (module docstring)."""
-    comp = segments.filter(pl.col("state").is_in(COMPUTE_STATES)).select("rank", "start_ns", "end_ns")
-    waits = events.filter((pl.col("device") == "cpu") & (pl.col("cat") == "user_annotation")
-                          & pl.col("name").str.contains(WAIT_LABEL) & ~pl.col("rank").is_in(sorted(gpu_ranks)))
+    comp = segments.filter(pl.col("state").is_in(COMPUTE_STATES)).select(
+        "rank", "start_ns", "end_ns"
+    )
+    waits = events.filter(
+        (pl.col("device") == "cpu")
+        & (pl.col("cat") == "user_annotation")
+        & pl.col("name").str.contains(WAIT_LABEL)
+        & ~pl.col("rank").is_in(sorted(gpu_ranks))
+    )
     if waits.height == 0 or comp.height == 0:
         return comp
-    edges = pl.concat([
-        comp.select("rank", pl.col("start_ns").alias("t"), pl.lit(1).alias("dc"), pl.lit(0).alias("dw")),
-        comp.select("rank", pl.col("end_ns").alias("t"), pl.lit(-1).alias("dc"), pl.lit(0).alias("dw")),
-        waits.select("rank", pl.col("start_ns").alias("t"), pl.lit(0).alias("dc"), pl.lit(1).alias("dw")),
-        waits.select("rank", pl.col("end_ns").alias("t"), pl.lit(0).alias("dc"), pl.lit(-1).alias("dw")),
-    ])
+    edges = pl.concat(
+        [
+            comp.select(
+                "rank", pl.col("start_ns").alias("t"), pl.lit(1).alias("dc"), pl.lit(0).alias("dw")
+            ),
+            comp.select(
+                "rank", pl.col("end_ns").alias("t"), pl.lit(-1).alias("dc"), pl.lit(0).alias("dw")
+            ),
+            waits.select(
+                "rank", pl.col("start_ns").alias("t"), pl.lit(0).alias("dc"), pl.lit(1).alias("dw")
+            ),
+            waits.select(
+                "rank", pl.col("end_ns").alias("t"), pl.lit(0).alias("dc"), pl.lit(-1).alias("dw")
+            ),
+        ]
+    )
     return (
-        edges.group_by("rank", "t").agg(pl.col("dc").sum(), pl.col("dw").sum())
+        edges.group_by("rank", "t")
+        .agg(pl.col("dc").sum(), pl.col("dw").sum())
         .sort("rank", "t")
-        .with_columns(pl.col("dc").cum_sum().over("rank").alias("nc"), pl.col("dw").cum_sum().over("rank").alias("nw"),
-                      pl.col("t").shift(-1).over("rank").alias("end_ns"))
+        .with_columns(
+            pl.col("dc").cum_sum().over("rank").alias("nc"),
+            pl.col("dw").cum_sum().over("rank").alias("nw"),
+            pl.col("t").shift(-1).over("rank").alias("end_ns"),
+        )
         .filter((pl.col("nc") > 0) & (pl.col("nw") <= 0) & pl.col("end_ns").is_not_null())
         .select("rank", pl.col("t").alias("start_ns"), "end_ns")
     )
@@ -194,22 +282,40 @@ def compute_intervals(segments: pl.DataFrame, events: pl.DataFrame, gpu_ranks: s
 def _compute_before(points: pl.DataFrame, col: str, compute: pl.DataFrame) -> pl.DataFrame:
     """points + ``<col>_c``: compute time on the rank from its window start up to points[col]."""
     comp = (
-        compute.select("rank", pl.col("start_ns").alias("c_start"), (pl.col("end_ns") - pl.col("start_ns")).alias("c_len"))
+        compute.select(
+            "rank",
+            pl.col("start_ns").alias("c_start"),
+            (pl.col("end_ns") - pl.col("start_ns")).alias("c_len"),
+        )
         .sort("rank", "c_start")
         .with_columns((pl.col("c_len").cum_sum().over("rank") - pl.col("c_len")).alias("c_before"))
         .sort("c_start")
     )
-    joined = points.sort(col).join_asof(comp, left_on=col, right_on="c_start", by="rank", strategy="backward",
-                                        check_sortedness=False)   # sorted globally above
-    inside = pl.min_horizontal(pl.max_horizontal(pl.col(col) - pl.col("c_start"), pl.lit(0)), pl.col("c_len"))
+    joined = points.sort(col).join_asof(
+        comp,
+        left_on=col,
+        right_on="c_start",
+        by="rank",
+        strategy="backward",
+        check_sortedness=False,
+    )  # sorted globally above
+    inside = pl.min_horizontal(
+        pl.max_horizontal(pl.col(col) - pl.col("c_start"), pl.lit(0)), pl.col("c_len")
+    )
     return joined.with_columns(
-        pl.when(pl.col("c_start").is_null()).then(pl.lit(0, dtype=pl.Int64))
-        .otherwise(pl.col("c_before") + inside).alias(f"{col}_c")
+        pl.when(pl.col("c_start").is_null())
+        .then(pl.lit(0, dtype=pl.Int64))
+        .otherwise(pl.col("c_before") + inside)
+        .alias(f"{col}_c")
     ).drop("c_start", "c_len", "c_before")
 
 
-def overlap_units(events: pl.DataFrame, coll: pl.DataFrame, segments: pl.DataFrame,
-                  gpu_ranks: set[int] = frozenset()) -> pl.DataFrame:
+def overlap_units(
+    events: pl.DataFrame,
+    coll: pl.DataFrame,
+    segments: pl.DataFrame,
+    gpu_ranks: set[int] = frozenset(),
+) -> pl.DataFrame:
     """One row per all-gather / reduce-scatter per rank: FRAME_SCHEMA columns."""
     rows = coll.filter(pl.col("op").is_in(OPS))
     if rows.height == 0:
@@ -235,8 +341,13 @@ def overlap_units(events: pl.DataFrame, coll: pl.DataFrame, segments: pl.DataFra
 def _totals(frame: pl.DataFrame, op: str, n_ranks: int) -> dict[str, Any]:
     sub = frame.filter(pl.col("op") == op)
     dur, hid = float(sub["duration_s"].sum()), float(sub["hidden_s"].sum())
-    return {"s": dur / n_ranks, "hidden_s": hid / n_ranks, "exposed_s": (dur - hid) / n_ranks,
-            "hidden_fraction": hid / dur if dur > 0 else None, "count": sub.height}
+    return {
+        "s": dur / n_ranks,
+        "hidden_s": hid / n_ranks,
+        "exposed_s": (dur - hid) / n_ranks,
+        "hidden_fraction": hid / dur if dur > 0 else None,
+        "count": sub.height,
+    }
 
 
 def overlap_summary(frame: pl.DataFrame, n_ranks: int, steps: int) -> dict[str, Any] | None:
@@ -246,11 +357,18 @@ def overlap_summary(frame: pl.DataFrame, n_ranks: int, steps: int) -> dict[str, 
     n_ranks = max(n_ranks, 1)
     per_layer = (
         frame.group_by("unit", "phase", "op")
-        .agg(pl.len().alias("count"), pl.col("duration_s").sum(), pl.col("hidden_s").sum(),
-             pl.col("exposed_s").sum(), pl.col("start_ns").min().alias("first"))
+        .agg(
+            pl.len().alias("count"),
+            pl.col("duration_s").sum(),
+            pl.col("hidden_s").sum(),
+            pl.col("exposed_s").sum(),
+            pl.col("start_ns").min().alias("first"),
+        )
         .sort("first")
         .with_columns(
-            pl.when(pl.col("duration_s") > 0).then(pl.col("hidden_s") / pl.col("duration_s")).alias("hidden_fraction"),
+            pl.when(pl.col("duration_s") > 0)
+            .then(pl.col("hidden_s") / pl.col("duration_s"))
+            .alias("hidden_fraction"),
             *[(pl.col(c) / n_ranks) for c in ("duration_s", "hidden_s", "exposed_s")],
         )
         .drop("first")
@@ -275,13 +393,21 @@ def overlap_summary(frame: pl.DataFrame, n_ranks: int, steps: int) -> dict[str, 
 
 def overlap(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
     """analyze.py section ``overlap``: (summary value, {"overlap_units": frame}, warnings)."""
-    frame = overlap_units(inp.events, inp.collectives, inp.segments, {i.rank for i in inp.infos if i.has_gpu})
+    frame = overlap_units(
+        inp.events, inp.collectives, inp.segments, {i.rank for i in inp.infos if i.has_gpu}
+    )
     if frame.height == 0:
         return None, {}, []
     warnings = []
     unlabelled = frame.filter(pl.col("unit") == UNLABELLED).height
     if unlabelled:
-        warnings.append(f"overlap: {unlabelled} all-gather/reduce-scatter calls have no unit label "
-                        "(comm:<op>:<unit> or FSDP::*) around them; shown as unit 'unlabelled'")
+        warnings.append(
+            f"overlap: {unlabelled} all-gather/reduce-scatter calls have no unit label "
+            "(comm:<op>:<unit> or FSDP::*) around them; shown as unit 'unlabelled'"
+        )
     steps = int(inp.windows["steps"].min() or 0) if inp.windows.height else 0
-    return overlap_summary(frame, frame["rank"].n_unique(), steps), {"overlap_units": frame}, warnings
+    return (
+        overlap_summary(frame, frame["rank"].n_unique(), steps),
+        {"overlap_units": frame},
+        warnings,
+    )

@@ -55,6 +55,7 @@ Frames: ``pipeline_ops`` (rank, stage, step, kind, microbatch, version, start_ns
 the busy extent, as above), ``bubbles`` (rank, stage, step, phase, start_ns, end_ns),
 ``pipeline_replay`` (stage, kind, microbatch, start_s, end_s).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -73,13 +74,30 @@ if TYPE_CHECKING:
 
 NS = 1e-9
 OPS_SCHEMA = {
-    "rank": pl.Int32, "stage": pl.Int64, "step": pl.Int64, "kind": pl.Utf8, "microbatch": pl.Int64,
-    "version": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
+    "rank": pl.Int32,
+    "stage": pl.Int64,
+    "step": pl.Int64,
+    "kind": pl.Utf8,
+    "microbatch": pl.Int64,
+    "version": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
 }
 BUBBLES_SCHEMA = {
-    "rank": pl.Int32, "stage": pl.Int64, "step": pl.Int64, "phase": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64,
+    "rank": pl.Int32,
+    "stage": pl.Int64,
+    "step": pl.Int64,
+    "phase": pl.Utf8,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
 }
-REPLAY_SCHEMA = {"stage": pl.Int64, "kind": pl.Utf8, "microbatch": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64}
+REPLAY_SCHEMA = {
+    "stage": pl.Int64,
+    "kind": pl.Utf8,
+    "microbatch": pl.Int64,
+    "start_s": pl.Float64,
+    "end_s": pl.Float64,
+}
 
 STRATEGY_SCHEDULES = {"pp-gpipe": "gpipe", "pp-1f1b": "1f1b", "pp-pipedream": "pipedream"}
 CANDIDATE = r"^(?:[FBW]:s\d+:mb\d+(?::v\d+)?(?::st\d+)?|Forward \d+|Backward \d+|PP:\d+[FIBW]\d+)$"
@@ -87,9 +105,11 @@ _TORCH_GPIPE = re.compile(r"^(Forward|Backward) (\d+)$")
 _TORCH_ACTION = re.compile(r"^PP:(\d+)([FIBW])(\d+)$")
 UPDATE = r"^(optimizer$|Optimizer\.step#)"
 BLOCKING_SPANS = ("gloo:recv", "nccl:recv")
-SOURCES = {"tracekit": "tracekit labels (F|B|W:s<stage>:mb<m>)",
-           "torch_gpipe": "torch.distributed.pipelining ScheduleGPipe (Forward i / Backward i)",
-           "torch_actions": "torch.distributed.pipelining multi-stage schedule (PP:<stage><F|I|B|W><mb>)"}
+SOURCES = {
+    "tracekit": "tracekit labels (F|B|W:s<stage>:mb<m>)",
+    "torch_gpipe": "torch.distributed.pipelining ScheduleGPipe (Forward i / Backward i)",
+    "torch_actions": "torch.distributed.pipelining multi-stage schedule (PP:<stage><F|I|B|W><mb>)",
+}
 
 
 # --- reading the labels ---------------------------------------------------------------------------
@@ -99,39 +119,82 @@ def parse_op(name: str) -> dict[str, Any] | None:
     """A compute span's kind/stage/microbatch/version/staleness and which scheme wrote it."""
     lab = labels.parse(name)
     if lab is not None and lab.family == "pipeline":
-        return {"kind": lab.kind, "stage": lab.stage, "microbatch": lab.microbatch, "version": lab.version,
-                "staleness": lab.staleness, "source": "tracekit"}
+        return {
+            "kind": lab.kind,
+            "stage": lab.stage,
+            "microbatch": lab.microbatch,
+            "version": lab.version,
+            "staleness": lab.staleness,
+            "source": "tracekit",
+        }
     m = _TORCH_GPIPE.match(name)
     if m:
-        return {"kind": "F" if m[1] == "Forward" else "B", "stage": None, "microbatch": int(m[2]),
-                "version": None, "staleness": None, "source": "torch_gpipe"}
+        return {
+            "kind": "F" if m[1] == "Forward" else "B",
+            "stage": None,
+            "microbatch": int(m[2]),
+            "version": None,
+            "staleness": None,
+            "source": "torch_gpipe",
+        }
     m = _TORCH_ACTION.match(name)
     if m:
         kind = "B" if m[2] == "I" else m[2]
-        return {"kind": kind, "stage": int(m[1]), "microbatch": int(m[3]), "version": None,
-                "staleness": None, "source": "torch_actions"}
+        return {
+            "kind": kind,
+            "stage": int(m[1]),
+            "microbatch": int(m[3]),
+            "version": None,
+            "staleness": None,
+            "source": "torch_actions",
+        }
     return None
 
 
 def _raw_ops(events: pl.DataFrame) -> pl.DataFrame:
     """Pipeline compute annotations with their parsed fields (CPU annotations only)."""
-    cand = events.filter((pl.col("device") == "cpu") & (pl.col("kind") == "annotation")
-                         & pl.col("name").str.contains(CANDIDATE))
+    cand = events.filter(
+        (pl.col("device") == "cpu")
+        & (pl.col("kind") == "annotation")
+        & pl.col("name").str.contains(CANDIDATE)
+    )
     if cand.height == 0:
         return pl.DataFrame()
     parsed = {n: parse_op(n) for n in cand["name"].unique().to_list()}
-    rows = [{**parsed[n], "rank": r, "tid": t, "name": n, "start_ns": s, "end_ns": e}
-            for r, t, n, s, e in cand.select("rank", "tid", "name", "start_ns", "end_ns").iter_rows()
-            if parsed.get(n) is not None]
+    rows = [
+        {**parsed[n], "rank": r, "tid": t, "name": n, "start_ns": s, "end_ns": e}
+        for r, t, n, s, e in cand.select("rank", "tid", "name", "start_ns", "end_ns").iter_rows()
+        if parsed.get(n) is not None
+    ]
     if not rows:
         return pl.DataFrame()
-    df = pl.DataFrame(rows, schema={"kind": pl.Utf8, "stage": pl.Int64, "microbatch": pl.Int64, "version": pl.Int64,
-                                    "staleness": pl.Int64, "source": pl.Utf8, "rank": pl.Int32, "tid": pl.Utf8,
-                                    "name": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    df = pl.DataFrame(
+        rows,
+        schema={
+            "kind": pl.Utf8,
+            "stage": pl.Int64,
+            "microbatch": pl.Int64,
+            "version": pl.Int64,
+            "staleness": pl.Int64,
+            "source": pl.Utf8,
+            "rank": pl.Int32,
+            "tid": pl.Utf8,
+            "name": pl.Utf8,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+        },
+    )
     # torch ScheduleGPipe: stage = the rank's position among the ranks that carry the labels
-    positions = {r: i for i, r in enumerate(sorted(df.filter(pl.col("stage").is_null())["rank"].unique().to_list()))}
+    positions = {
+        r: i
+        for i, r in enumerate(
+            sorted(df.filter(pl.col("stage").is_null())["rank"].unique().to_list())
+        )
+    }
     return df.with_columns(
-        pl.coalesce("stage", pl.col("rank").replace_strict(positions, default=None, return_dtype=pl.Int64))
+        pl.coalesce(
+            "stage", pl.col("rank").replace_strict(positions, default=None, return_dtype=pl.Int64)
+        )
     ).sort("rank", "start_ns")
 
 
@@ -139,23 +202,57 @@ def _compute_extent(raw: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     """Narrow each of torch's spans to its first and last compute op on the same thread (torch's
     ``Forward i`` starts with a receive and ends with send launches); tracekit's hold only compute
     and stay whole."""
-    comp = events.filter((pl.col("device") == "cpu") & (pl.col("cat") == "cpu_op") & (pl.col("kind") == "compute")
-                         & ~pl.col("name").str.starts_with("aten::empty")).select("rank", "tid", "start_ns", "end_ns")
+    comp = events.filter(
+        (pl.col("device") == "cpu")
+        & (pl.col("cat") == "cpu_op")
+        & (pl.col("kind") == "compute")
+        & ~pl.col("name").str.starts_with("aten::empty")
+    ).select("rank", "tid", "start_ns", "end_ns")
     if comp.height == 0:
         return raw
     first = comp.select("rank", "tid", pl.col("start_ns").alias("c0")).sort("c0")
     last = comp.select("rank", "tid", pl.col("end_ns").alias("c1")).sort("c1")
-    out = (raw.sort("start_ns").join_asof(first, left_on="start_ns", right_on="c0", by=["rank", "tid"],
-                                          strategy="forward", check_sortedness=False)
-           .sort("end_ns").join_asof(last, left_on="end_ns", right_on="c1", by=["rank", "tid"],
-                                     strategy="backward", check_sortedness=False))
-    ok = (pl.col("source") != "tracekit") & pl.col("c0").is_not_null() & pl.col("c1").is_not_null() & (pl.col("c0") < pl.col("end_ns")) & (pl.col("c1") > pl.col("start_ns")) & (pl.col("c0") < pl.col("c1"))
-    return (out.with_columns(pl.when(ok).then(pl.col("c0")).otherwise(pl.col("start_ns")).alias("start_ns"),
-                             pl.when(ok).then(pl.col("c1")).otherwise(pl.col("end_ns")).alias("end_ns"))
-            .drop("c0", "c1").sort("rank", "start_ns"))
+    out = (
+        raw.sort("start_ns")
+        .join_asof(
+            first,
+            left_on="start_ns",
+            right_on="c0",
+            by=["rank", "tid"],
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .sort("end_ns")
+        .join_asof(
+            last,
+            left_on="end_ns",
+            right_on="c1",
+            by=["rank", "tid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+    )
+    ok = (
+        (pl.col("source") != "tracekit")
+        & pl.col("c0").is_not_null()
+        & pl.col("c1").is_not_null()
+        & (pl.col("c0") < pl.col("end_ns"))
+        & (pl.col("c1") > pl.col("start_ns"))
+        & (pl.col("c0") < pl.col("c1"))
+    )
+    return (
+        out.with_columns(
+            pl.when(ok).then(pl.col("c0")).otherwise(pl.col("start_ns")).alias("start_ns"),
+            pl.when(ok).then(pl.col("c1")).otherwise(pl.col("end_ns")).alias("end_ns"),
+        )
+        .drop("c0", "c1")
+        .sort("rank", "start_ns")
+    )
 
 
-def _blocking_comm(events: pl.DataFrame) -> tuple[dict[int, list[tuple[int, int]]], set[tuple[int, int]]]:
+def _blocking_comm(
+    events: pl.DataFrame,
+) -> tuple[dict[int, list[tuple[int, int]]], set[tuple[int, int]]]:
     """Per rank, merged intervals of blocking communication on CPU: ``c10d::*`` calls, and recv
     spans inside which the thread ran no compute op (an ``irecv`` posted early and waited for
     later spans compute: that one is asynchronous, not blocking). Also the (rank, start) of the
@@ -164,13 +261,27 @@ def _blocking_comm(events: pl.DataFrame) -> tuple[dict[int, list[tuple[int, int]
     calls = cpu.filter((pl.col("kind") == "communication") & (pl.col("cat") == "cpu_op"))
     spans = cpu.filter((pl.col("kind") == "communication") & pl.col("name").is_in(BLOCKING_SPANS))
     if spans.height:
-        ops = (cpu.filter((pl.col("kind") == "compute") & (pl.col("cat") == "cpu_op"))
-               .select("rank", "tid", pl.col("start_ns").alias("op_ns")).sort("op_ns"))
-        spans = (spans.sort("start_ns").join_asof(ops, left_on="start_ns", right_on="op_ns", by=["rank", "tid"],
-                                                  strategy="forward", check_sortedness=False)
-                 .filter(pl.col("op_ns").is_null() | (pl.col("op_ns") >= pl.col("end_ns"))))
+        ops = (
+            cpu.filter((pl.col("kind") == "compute") & (pl.col("cat") == "cpu_op"))
+            .select("rank", "tid", pl.col("start_ns").alias("op_ns"))
+            .sort("op_ns")
+        )
+        spans = (
+            spans.sort("start_ns")
+            .join_asof(
+                ops,
+                left_on="start_ns",
+                right_on="op_ns",
+                by=["rank", "tid"],
+                strategy="forward",
+                check_sortedness=False,
+            )
+            .filter(pl.col("op_ns").is_null() | (pl.col("op_ns") >= pl.col("end_ns")))
+        )
     blocking_recvs = {(r, s) for r, s in spans.select("rank", "start_ns").iter_rows()}
-    comm = pl.concat([calls.select("rank", "start_ns", "end_ns"), spans.select("rank", "start_ns", "end_ns")]).sort("rank", "start_ns")
+    comm = pl.concat(
+        [calls.select("rank", "start_ns", "end_ns"), spans.select("rank", "start_ns", "end_ns")]
+    ).sort("rank", "start_ns")
     out: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for r, s, e in comm.iter_rows():
         iv = out[r]
@@ -181,7 +292,9 @@ def _blocking_comm(events: pl.DataFrame) -> tuple[dict[int, list[tuple[int, int]
     return out, blocking_recvs
 
 
-def _minus(start: int, end: int, holes: list[tuple[int, int]], starts: list[int]) -> list[tuple[int, int]]:
+def _minus(
+    start: int, end: int, holes: list[tuple[int, int]], starts: list[int]
+) -> list[tuple[int, int]]:
     """[start, end) minus the sorted, merged ``holes`` (starts = their start times)."""
     pieces, cur = [], start
     i = max(0, bisect.bisect_right(starts, start) - 1)
@@ -201,18 +314,39 @@ def _assign_steps(ops: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
     """Step = the rank's ProfilerStep marker holding the op's start (0 without markers)."""
     if markers.height == 0:
         return ops.with_columns(pl.lit(0, pl.Int64).alias("step"))
-    mk = markers.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64),
-                        pl.col("start_ns").alias("m0"), pl.col("end_ns").alias("m1")).sort("m0")
+    mk = markers.select(
+        pl.col("rank").cast(pl.Int32),
+        pl.col("step").cast(pl.Int64),
+        pl.col("start_ns").alias("m0"),
+        pl.col("end_ns").alias("m1"),
+    ).sort("m0")
     has = set(mk["rank"].unique().to_list())
-    joined = ops.sort("start_ns").join_asof(mk, left_on="start_ns", right_on="m0", by="rank", strategy="backward",
-                                            check_sortedness=False)
-    return (joined.with_columns(
-        pl.when(~pl.col("rank").is_in(sorted(has))).then(pl.lit(0, pl.Int64))
-        .when(pl.col("start_ns") < pl.col("m1")).then(pl.col("step")).otherwise(None).alias("step"))
-        .filter(pl.col("step").is_not_null()).drop("m0", "m1").sort("rank", "start_ns"))
+    joined = ops.sort("start_ns").join_asof(
+        mk,
+        left_on="start_ns",
+        right_on="m0",
+        by="rank",
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return (
+        joined.with_columns(
+            pl.when(~pl.col("rank").is_in(sorted(has)))
+            .then(pl.lit(0, pl.Int64))
+            .when(pl.col("start_ns") < pl.col("m1"))
+            .then(pl.col("step"))
+            .otherwise(None)
+            .alias("step")
+        )
+        .filter(pl.col("step").is_not_null())
+        .drop("m0", "m1")
+        .sort("rank", "start_ns")
+    )
 
 
-def pipeline_ops(events: pl.DataFrame, markers: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, list[tuple[int, int]]], str | None]:
+def pipeline_ops(
+    events: pl.DataFrame, markers: pl.DataFrame
+) -> tuple[pl.DataFrame, dict[int, list[tuple[int, int]]], str | None]:
     """(ops frame with busy_ns and staleness, busy pieces per rank, source) from the events."""
     raw = _raw_ops(events)
     if raw.height == 0:
@@ -222,11 +356,22 @@ def pipeline_ops(events: pl.DataFrame, markers: pl.DataFrame) -> tuple[pl.DataFr
     rows, pieces_by_rank = [], defaultdict(list)
     for op in raw.iter_rows(named=True):
         h = holes.get(op["rank"], [])
-        pieces = _minus(op["start_ns"], op["end_ns"], h, [x[0] for x in h]) if h else [(op["start_ns"], op["end_ns"])]
+        pieces = (
+            _minus(op["start_ns"], op["end_ns"], h, [x[0] for x in h])
+            if h
+            else [(op["start_ns"], op["end_ns"])]
+        )
         if not pieces:
             continue
         pieces_by_rank[op["rank"]].extend(pieces)
-        rows.append({**op, "start_ns": pieces[0][0], "end_ns": pieces[-1][1], "busy_ns": sum(e - s for s, e in pieces)})
+        rows.append(
+            {
+                **op,
+                "start_ns": pieces[0][0],
+                "end_ns": pieces[-1][1],
+                "busy_ns": sum(e - s for s, e in pieces),
+            }
+        )
     ops = pl.DataFrame(rows, schema={**raw.schema, "busy_ns": pl.Int64})
     ops = _assign_steps(ops, markers)
     source = ops["source"].mode().sort()[0] if ops.height else None
@@ -239,7 +384,11 @@ def pipeline_ops(events: pl.DataFrame, markers: pl.DataFrame) -> tuple[pl.DataFr
 def _pairs(ops: pl.DataFrame) -> list[tuple[int | None, int | None, int | None]]:
     """(F start, B end, version) of every microbatch of one stage: n-th F with n-th B of a mb."""
     fs, bs = defaultdict(list), defaultdict(list)
-    for kind, mb, v, s, e in ops.sort("start_ns").select("kind", "microbatch", "version", "start_ns", "end_ns").iter_rows():
+    for kind, mb, v, s, e in (
+        ops.sort("start_ns")
+        .select("kind", "microbatch", "version", "start_ns", "end_ns")
+        .iter_rows()
+    ):
         if kind == "F":
             fs[mb].append((s, v))
         elif kind == "B":
@@ -249,11 +398,17 @@ def _pairs(ops: pl.DataFrame) -> list[tuple[int | None, int | None, int | None]]
         f, b = fs.get(mb, []), bs.get(mb, [])
         lead = 0
         if b and (not f or b[0][0] < f[0][0]):
-            lead = 1                        # its forward ran before the trace began
+            lead = 1  # its forward ran before the trace began
             out.append((None, b[0][0], b[0][1]))
         for i, (s, v) in enumerate(f):
             j = i + lead
-            out.append((s, b[j][0] if j < len(b) else None, v if v is not None else (b[j][1] if j < len(b) else None)))
+            out.append(
+                (
+                    s,
+                    b[j][0] if j < len(b) else None,
+                    v if v is not None else (b[j][1] if j < len(b) else None),
+                )
+            )
     return out
 
 
@@ -263,10 +418,12 @@ def inflight_and_versions(ops: pl.DataFrame) -> tuple[int, int | None]:
     for k, (s, e, v) in enumerate(_pairs(ops)):
         events.append((s if s is not None else -1, 1, k, v))
         if e is not None:
-            events.append((e, 0, k, v))     # at equal times a backward's end frees before a forward adds
+            events.append(
+                (e, 0, k, v)
+            )  # at equal times a backward's end frees before a forward adds
     live: dict[int, int | None] = {}
     peak, versions = 0, None
-    for t, add, k, v in sorted(events):
+    for _t, add, k, v in sorted(events):
         if add:
             live[k] = v
         else:
@@ -303,10 +460,15 @@ def _gaps(pieces: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[str, in
     return out
 
 
-def recv_split(events: pl.DataFrame, stage_of_rank: dict[int, int], collectives: pl.DataFrame) -> tuple[dict[int, dict[str, float]], str]:
+def recv_split(
+    events: pl.DataFrame, stage_of_rank: dict[int, int], collectives: pl.DataFrame
+) -> tuple[dict[int, dict[str, float]], str]:
     """Per rank: seconds blocked in recv split into transfer and waiting for the peer."""
-    ann = events.filter((pl.col("device") == "cpu") & pl.col("name").str.starts_with("comm:")
-                        & pl.col("name").str.contains(r"^comm:(send|recv):")).select("rank", "name", "start_ns", "end_ns")
+    ann = events.filter(
+        (pl.col("device") == "cpu")
+        & pl.col("name").str.starts_with("comm:")
+        & pl.col("name").str.contains(r"^comm:(send|recv):")
+    ).select("rank", "name", "start_ns", "end_ns")
     rows = []
     for r, name, s, e in ann.iter_rows():
         lab = labels.parse(name)
@@ -318,16 +480,25 @@ def recv_split(events: pl.DataFrame, stage_of_rank: dict[int, int], collectives:
         # block (no compute inside the span) count as time blocked in recv
         method = "p2p spans in order (blocking receives only)"
         _, blocking = _blocking_comm(events)
-        p2p = collectives.filter(pl.col("op").is_in(["send", "recv"]) & pl.col("peer").is_not_null())
-        rows = [(r, op, None, None, peer, s, e, (r, s) in blocking) for r, op, peer, s, e in
-                p2p.select("rank", "op", "peer", "start_ns", "end_ns").iter_rows()]
+        p2p = collectives.filter(
+            pl.col("op").is_in(["send", "recv"]) & pl.col("peer").is_not_null()
+        )
+        rows = [
+            (r, op, None, None, peer, s, e, (r, s) in blocking)
+            for r, op, peer, s, e in p2p.select(
+                "rank", "op", "peer", "start_ns", "end_ns"
+            ).iter_rows()
+        ]
     sends, recvs = defaultdict(list), defaultdict(list)
     for r, op, what, mb, peer, s, e, counted in sorted(rows, key=lambda x: x[5]):
         if op == "send":
             sends[(r, peer, what, mb)].append(s)
         else:
             recvs[(peer, r, what, mb)].append((s, e, counted))
-    out = {r: {"recv_s": 0.0, "recv_transfer_s": 0.0, "recv_wait_s": 0.0, "recv_unmatched_s": 0.0} for r in stage_of_rank}
+    out = {
+        r: {"recv_s": 0.0, "recv_transfer_s": 0.0, "recv_wait_s": 0.0, "recv_unmatched_s": 0.0}
+        for r in stage_of_rank
+    }
     for key, rs in recvs.items():
         ss = sends.get(key, [])
         # receives that ended before the pair's first traced send had their send before the trace
@@ -335,7 +506,15 @@ def recv_split(events: pl.DataFrame, stage_of_rank: dict[int, int], collectives:
         for i, (s, e, counted) in enumerate(rs):
             if not counted:
                 continue
-            d = out.setdefault(key[1], {"recv_s": 0.0, "recv_transfer_s": 0.0, "recv_wait_s": 0.0, "recv_unmatched_s": 0.0})
+            d = out.setdefault(
+                key[1],
+                {
+                    "recv_s": 0.0,
+                    "recv_transfer_s": 0.0,
+                    "recv_wait_s": 0.0,
+                    "recv_unmatched_s": 0.0,
+                },
+            )
             d["recv_s"] += (e - s) * NS
             j = i + offset
             if 0 <= j < len(ss):
@@ -364,7 +543,8 @@ def _schedule(run: dict | None, ops: pl.DataFrame, source: str) -> str | None:
     # all forwards of a step before its first backward, on every stage: GPipe; else 1F1B
     firsts = ops.group_by("stage", "step").agg(
         pl.col("start_ns").filter(pl.col("kind") == "B").min().alias("b0"),
-        pl.col("start_ns").filter(pl.col("kind") == "F").max().alias("f1"))
+        pl.col("start_ns").filter(pl.col("kind") == "F").max().alias("f1"),
+    )
     return "gpipe" if (firsts["f1"] < firsts["b0"]).all() else "1f1b"
 
 
@@ -379,11 +559,19 @@ def _microbatches(run: dict | None, ops: pl.DataFrame) -> int:
 
 def _durations(ops: pl.DataFrame, p: int, m: int) -> tuple[list[list[float]], list[list[float]]]:
     """Median busy seconds of F and of B (+W) per (stage, microbatch j); gaps filled per stage."""
-    tab = (ops.with_columns((pl.col("microbatch") % m).alias("j"), pl.when(pl.col("kind") == "F").then(pl.lit("F"))
-                            .otherwise(pl.lit("B")).alias("fb"))
-           .group_by("stage", "step", "microbatch", "j", "fb").agg(pl.col("busy_ns").sum())
-           .group_by("stage", "j", "fb").agg(pl.col("busy_ns").median()))
-    got = {(s, j, fb): v * NS for s, j, fb, v in tab.select("stage", "j", "fb", "busy_ns").iter_rows()}
+    tab = (
+        ops.with_columns(
+            (pl.col("microbatch") % m).alias("j"),
+            pl.when(pl.col("kind") == "F").then(pl.lit("F")).otherwise(pl.lit("B")).alias("fb"),
+        )
+        .group_by("stage", "step", "microbatch", "j", "fb")
+        .agg(pl.col("busy_ns").sum())
+        .group_by("stage", "j", "fb")
+        .agg(pl.col("busy_ns").median())
+    )
+    got = {
+        (s, j, fb): v * NS for s, j, fb, v in tab.select("stage", "j", "fb", "busy_ns").iter_rows()
+    }
     out = []
     for fb in ("F", "B"):
         table = []
@@ -412,7 +600,7 @@ def _memory_of(path: Any, rank: int) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[str]]:
+def analyse(inp: Inputs) -> tuple[dict | None, dict[str, pl.DataFrame], list[str]]:
     """The ``pipeline`` section of summary.json, its frames and warnings (None: no pipeline)."""
     ops, pieces, source = pipeline_ops(inp.events, inp.markers)
     if ops.height == 0:
@@ -428,9 +616,17 @@ def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[s
     v = max(1, len(stages) // max(1, p_devices))
 
     # pipeline windows: first F to last B/W of each step, over all stages
-    win = ops.group_by("step").agg(pl.col("start_ns").filter(pl.col("kind") == "F").min().alias("lo"),
-                                   pl.col("end_ns").filter(pl.col("kind") != "F").max().alias("hi")).sort("step")
-    win = win.filter(pl.col("lo").is_not_null() & pl.col("hi").is_not_null() & (pl.col("hi") > pl.col("lo")))
+    win = (
+        ops.group_by("step")
+        .agg(
+            pl.col("start_ns").filter(pl.col("kind") == "F").min().alias("lo"),
+            pl.col("end_ns").filter(pl.col("kind") != "F").max().alias("hi"),
+        )
+        .sort("step")
+    )
+    win = win.filter(
+        pl.col("lo").is_not_null() & pl.col("hi").is_not_null() & (pl.col("hi") > pl.col("lo"))
+    )
     bubble_rows, per = [], {r: defaultdict(float) for r in ranks}
     for step, lo, hi in win.iter_rows():
         for r in ranks:
@@ -439,15 +635,32 @@ def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[s
             per[r]["window"] += hi - lo
             for phase, s, e in _gaps(mine, lo, hi):
                 per[r][phase] += e - s
-                bubble_rows.append({"rank": r, "stage": stage_of_rank[r], "step": step, "phase": phase, "start_ns": s, "end_ns": e})
+                bubble_rows.append(
+                    {
+                        "rank": r,
+                        "stage": stage_of_rank[r],
+                        "step": step,
+                        "phase": phase,
+                        "start_ns": s,
+                        "end_ns": e,
+                    }
+                )
     total_window = sum(per[r]["window"] for r in ranks)
-    bubble_fraction = (sum(per[r]["window"] - per[r]["busy"] for r in ranks) / total_window) if total_window else None
+    bubble_fraction = (
+        (sum(per[r]["window"] - per[r]["busy"] for r in ranks) / total_window)
+        if total_window
+        else None
+    )
 
     # the whole profiled span, with weight updates as busy time
     wins = inp.windows.filter(pl.col("rank").is_in(ranks))
     span_lo, span_hi = int(wins["start_ns"].min()), int(wins["end_ns"].max())
-    updates = inp.events.filter((pl.col("device") == "cpu") & (pl.col("kind") == "annotation")
-                                & pl.col("name").str.contains(UPDATE) & pl.col("rank").is_in(ranks))
+    updates = inp.events.filter(
+        (pl.col("device") == "cpu")
+        & (pl.col("kind") == "annotation")
+        & pl.col("name").str.contains(UPDATE)
+        & pl.col("rank").is_in(ranks)
+    )
     upd = defaultdict(list)
     for r, s, e in updates.select("rank", "start_ns", "end_ns").iter_rows():
         upd[r].append((s, e))
@@ -468,7 +681,9 @@ def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[s
         theory_value = theory.pipeline_bubble_fraction(p, m)
     elif schedule == "interleaved":
         theory_value = (p - 1) / (v * m + p - 1)
-    megatron = ((p - 1) / m / (v if schedule == "interleaved" else 1)) if schedule != "pipedream" else None
+    megatron = (
+        ((p - 1) / m / (v if schedule == "interleaved" else 1)) if schedule != "pipedream" else None
+    )
     replay_value, replay_frame = None, pl.DataFrame(schema=REPLAY_SCHEMA)
     if not complete:
         warnings.append(f"pipeline: the traces hold stages {stages} of {p}: no replay")
@@ -477,8 +692,13 @@ def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[s
         f, b = _durations(ops, p, m)
         res = replay(schedule, p, m, f, b, steps=max(1, win.height))
         replay_value = res.bubble_fraction
-        replay_frame = res.ops.select("stage", "kind", (pl.col("step") * m + pl.col("microbatch")).alias("microbatch"),
-                                      pl.col("start").alias("start_s"), pl.col("end").alias("end_s")).cast(REPLAY_SCHEMA)
+        replay_frame = res.ops.select(
+            "stage",
+            "kind",
+            (pl.col("step") * m + pl.col("microbatch")).alias("microbatch"),
+            pl.col("start").alias("start_s"),
+            pl.col("end").alias("end_s"),
+        ).cast(REPLAY_SCHEMA)
     elif schedule in ("gpipe", "1f1b"):
         # each step replayed with its own measured durations; the replays laid back to back
         idle = total = offset = 0.0
@@ -489,29 +709,47 @@ def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[s
             res = replay(schedule, p, m, f, b, backward_order=order)
             idle += res.bubble_fraction * p * res.makespan
             total += p * res.makespan
-            parts.append(res.ops.select("stage", "kind", "microbatch", (pl.col("start") + offset).alias("start_s"),
-                                        (pl.col("end") + offset).alias("end_s")).cast(REPLAY_SCHEMA))
+            parts.append(
+                res.ops.select(
+                    "stage",
+                    "kind",
+                    "microbatch",
+                    (pl.col("start") + offset).alias("start_s"),
+                    (pl.col("end") + offset).alias("end_s"),
+                ).cast(REPLAY_SCHEMA)
+            )
             offset += res.makespan
         replay_value = idle / total if total else None
         replay_frame = pl.concat(parts) if parts else replay_frame
     elif schedule is not None:
-        warnings.append(f"pipeline: no replay for the {schedule} schedule (several stages per rank)")
+        warnings.append(
+            f"pipeline: no replay for the {schedule} schedule (several stages per rank)"
+        )
 
     recv, recv_method = recv_split(inp.events, stage_of_rank, inp.collectives)
     path_is_run = run is not None and hasattr(inp.path, "is_dir") and inp.path.is_dir()
     per_stage = []
     for r in ranks:
         mine = ops.filter(pl.col("rank") == r)
-        by_stage = [inflight_and_versions(mine.filter(pl.col("stage") == s)) for s in sorted(mine["stage"].unique().to_list())]
+        by_stage = [
+            inflight_and_versions(mine.filter(pl.col("stage") == s))
+            for s in sorted(mine["stage"].unique().to_list())
+        ]
         stale = mine.filter(pl.col("kind") == "B")["staleness"].drop_nulls()
         mem = _memory_of(inp.path, r) if path_is_run else {}
         rs = recv.get(r, {})
         row = {
-            "stage": stage_of_rank[r], "rank": r,
+            "stage": stage_of_rank[r],
+            "rank": r,
             "stages_on_rank": sorted(mine["stage"].unique().to_list()),
-            "fill_s": per[r]["fill"] * NS, "steady_s": per[r]["steady"] * NS, "drain_s": per[r]["drain"] * NS,
-            "busy_s": per[r]["busy"] * NS, "window_s": per[r]["window"] * NS,
-            "bubble_fraction": (1 - per[r]["busy"] / per[r]["window"]) if per[r]["window"] else None,
+            "fill_s": per[r]["fill"] * NS,
+            "steady_s": per[r]["steady"] * NS,
+            "drain_s": per[r]["drain"] * NS,
+            "busy_s": per[r]["busy"] * NS,
+            "window_s": per[r]["window"] * NS,
+            "bubble_fraction": (1 - per[r]["busy"] / per[r]["window"])
+            if per[r]["window"]
+            else None,
             "bubble_fraction_span": (1 - per[r]["span_busy"] / span) if span > 0 else None,
             "max_inflight_microbatches": max(x[0] for x in by_stage),
             "activation_peak_bytes": mem.get("activation_peak_bytes"),
@@ -519,8 +757,10 @@ def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[s
             "weight_versions": max((x[1] for x in by_stage if x[1] is not None), default=None),
             "staleness_max": int(stale.max()) if stale.len() else None,
             "staleness_mean": float(stale.mean()) if stale.len() else None,
-            "recv_s": rs.get("recv_s", 0.0), "recv_wait_s": rs.get("recv_wait_s", 0.0),
-            "recv_transfer_s": rs.get("recv_transfer_s", 0.0), "recv_unmatched_s": rs.get("recv_unmatched_s", 0.0),
+            "recv_s": rs.get("recv_s", 0.0),
+            "recv_wait_s": rs.get("recv_wait_s", 0.0),
+            "recv_transfer_s": rs.get("recv_transfer_s", 0.0),
+            "recv_unmatched_s": rs.get("recv_unmatched_s", 0.0),
         }
         per_stage.append(row)
     per_stage.sort(key=lambda x: x["stage"])
@@ -535,12 +775,17 @@ def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[s
         "bubble_fraction": bubble_fraction,
         "bubble_fraction_span": bubble_fraction_span,
         "bubble_fraction_theory": theory_value,
-        "bubble_fraction_theory_basis": "fraction of the step: (p-1)/(m+p-1)" if theory_value is not None and schedule != "interleaved"
+        "bubble_fraction_theory_basis": "fraction of the step: (p-1)/(m+p-1)"
+        if theory_value is not None and schedule != "interleaved"
         else ("fraction of the step: (p-1)/(v m+p-1)" if theory_value is not None else None),
         "bubble_fraction_theory_megatron": megatron,
-        "bubble_fraction_theory_megatron_basis": "bubble time / ideal time m(f+b): (p-1)/m" if megatron is not None else None,
+        "bubble_fraction_theory_megatron_basis": "bubble time / ideal time m(f+b): (p-1)/m"
+        if megatron is not None
+        else None,
         "bubble_fraction_replay": replay_value,
-        "window_s": (total_window / max(1, win.height) / max(1, p_devices)) * NS if total_window else None,
+        "window_s": (total_window / max(1, win.height) / max(1, p_devices)) * NS
+        if total_window
+        else None,
         "span_s": span * NS,
         "recv_split_method": recv_method,
         "per_stage": per_stage,
@@ -555,19 +800,44 @@ def analyse(inp: "Inputs") -> tuple[dict | None, dict[str, pl.DataFrame], list[s
 
 def table(summary: dict) -> tuple[str, list[str], list[list[str]]]:
     """(title, header, rows) of the pipeline table `tracekit analyze` prints."""
+
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
-    title = (f"pipeline {summary['schedule']}: p={summary['stages']} m={summary['microbatches']}  bubble "
-             f"{pct(summary['bubble_fraction'])} (replay {pct(summary['bubble_fraction_replay'])}, theory "
-             f"{pct(summary['bubble_fraction_theory'])}), whole span {pct(summary['bubble_fraction_span'])}")
-    head = ["stage", "rank", "fill s", "steady s", "drain s", "bubble", "in flight", "act peak MB", "versions",
-            "recv wait s", "recv transfer s"]
+    title = (
+        f"pipeline {summary['schedule']}: p={summary['stages']} m={summary['microbatches']}  bubble "
+        f"{pct(summary['bubble_fraction'])} (replay {pct(summary['bubble_fraction_replay'])}, theory "
+        f"{pct(summary['bubble_fraction_theory'])}), whole span {pct(summary['bubble_fraction_span'])}"
+    )
+    head = [
+        "stage",
+        "rank",
+        "fill s",
+        "steady s",
+        "drain s",
+        "bubble",
+        "in flight",
+        "act peak MB",
+        "versions",
+        "recv wait s",
+        "recv transfer s",
+    ]
     rows = []
     for s in summary["per_stage"]:
         act = s.get("activation_peak_bytes")
-        rows.append([str(s["stage"]), str(s["rank"]), f"{s['fill_s']:.4f}", f"{s['steady_s']:.4f}", f"{s['drain_s']:.4f}",
-                     pct(s["bubble_fraction"]), str(s["max_inflight_microbatches"]),
-                     "-" if act is None else f"{act / 1e6:.2f}", "-" if s["weight_versions"] is None else str(s["weight_versions"]),
-                     f"{s['recv_wait_s']:.4f}", f"{s['recv_transfer_s']:.4f}"])
+        rows.append(
+            [
+                str(s["stage"]),
+                str(s["rank"]),
+                f"{s['fill_s']:.4f}",
+                f"{s['steady_s']:.4f}",
+                f"{s['drain_s']:.4f}",
+                pct(s["bubble_fraction"]),
+                str(s["max_inflight_microbatches"]),
+                "-" if act is None else f"{act / 1e6:.2f}",
+                "-" if s["weight_versions"] is None else str(s["weight_versions"]),
+                f"{s['recv_wait_s']:.4f}",
+                f"{s['recv_transfer_s']:.4f}",
+            ]
+        )
     return title, head, rows

@@ -33,21 +33,30 @@ So bubble = (p-1)/(m+p-1) of the step, whatever b/f is (GPipe arXiv:1811.06965; 
 activations: min(p-r, m) microbatches on stage r instead of GPipe's m. PipeDream pays the
 fill and drain once per run instead of once per step: (p-1)/(S m + p-1) over S steps.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import polars as pl
 
 SCHEDULES = ("gpipe", "1f1b", "pipedream")
 OPS_SCHEMA = {
-    "stage": pl.Int64, "step": pl.Int64, "kind": pl.Utf8, "microbatch": pl.Int64,
-    "start": pl.Float64, "end": pl.Float64,
+    "stage": pl.Int64,
+    "step": pl.Int64,
+    "kind": pl.Utf8,
+    "microbatch": pl.Int64,
+    "start": pl.Float64,
+    "end": pl.Float64,
 }
 PER_STAGE_SCHEMA = {
-    "stage": pl.Int64, "busy": pl.Float64, "fill": pl.Float64, "drain": pl.Float64,
-    "steady": pl.Float64, "max_inflight": pl.Int64,
+    "stage": pl.Int64,
+    "busy": pl.Float64,
+    "fill": pl.Float64,
+    "drain": pl.Float64,
+    "steady": pl.Float64,
+    "max_inflight": pl.Int64,
 }
 
 Durations = Sequence[Sequence[float]] | Sequence[float] | float
@@ -55,10 +64,10 @@ Durations = Sequence[Sequence[float]] | Sequence[float] | float
 
 @dataclass
 class ReplayResult:
-    ops: pl.DataFrame          # stage, step, kind ("F"/"B"), microbatch, start, end
-    makespan: float            # window length: first F start to last B end
-    bubble_fraction: float     # idle of all stages inside the window / (p x window)
-    per_stage: pl.DataFrame    # stage, busy, fill, drain, steady, max_inflight
+    ops: pl.DataFrame  # stage, step, kind ("F"/"B"), microbatch, start, end
+    makespan: float  # window length: first F start to last B end
+    bubble_fraction: float  # idle of all stages inside the window / (p x window)
+    per_stage: pl.DataFrame  # stage, busy, fill, drain, steady, max_inflight
 
 
 def _check(schedule: str, p: int, m: int, stage: int | None = None) -> None:
@@ -80,8 +89,9 @@ def _one_f_one_b(p: int, n: int, stage: int) -> list[tuple[str, int]]:
     return order
 
 
-def schedule_order(schedule: str, p: int, m: int, stage: int,
-                   backward_order: str = "same") -> list[tuple[str, int]]:
+def schedule_order(
+    schedule: str, p: int, m: int, stage: int, backward_order: str = "same"
+) -> list[tuple[str, int]]:
     """One step's op order on `stage`: [("F", 0), ("F", 1), ..., ("B", 0), ...].
 
     backward_order applies to gpipe only: "same" (B0..B(m-1), torch's ScheduleGPipe) or
@@ -96,8 +106,9 @@ def schedule_order(schedule: str, p: int, m: int, stage: int,
     return _one_f_one_b(p, m, stage)
 
 
-def _program(schedule: str, p: int, m: int, stage: int, steps: int,
-             backward_order: str) -> list[tuple[str, int, int]]:
+def _program(
+    schedule: str, p: int, m: int, stage: int, steps: int, backward_order: str
+) -> list[tuple[str, int, int]]:
     """(kind, step, microbatch) in the order the stage runs them over all steps."""
     if schedule == "pipedream":
         # No flush: the microbatches of all steps form one 1F1B stream.
@@ -147,8 +158,15 @@ def _max_inflight(program: list[tuple[str, int, int]]) -> int:
     return peak
 
 
-def replay(schedule: str, p: int, m: int, fwd: Durations, bwd: Durations,
-           steps: int = 1, backward_order: str = "same") -> ReplayResult:
+def replay(
+    schedule: str,
+    p: int,
+    m: int,
+    fwd: Durations,
+    bwd: Durations,
+    steps: int = 1,
+    backward_order: str = "same",
+) -> ReplayResult:
     """Discrete-event replay of `schedule` with free communication (see the module docstring)."""
     _check(schedule, p, m)
     if steps < 1:
@@ -172,8 +190,16 @@ def replay(schedule: str, p: int, m: int, fwd: Durations, bwd: Durations,
                 start = max([free[s]] + [end[d] for d in deps])
                 stop = start + (f if kind == "F" else b)[s][j]
                 end[(kind, s, step, j)] = free[s] = stop
-                rows.append({"stage": s, "step": step, "kind": kind, "microbatch": j,
-                             "start": start, "end": stop})
+                rows.append(
+                    {
+                        "stage": s,
+                        "step": step,
+                        "kind": kind,
+                        "microbatch": j,
+                        "start": start,
+                        "end": stop,
+                    }
+                )
                 nxt[s] += 1
                 remaining -= 1
                 progressed = True
@@ -189,14 +215,16 @@ def replay(schedule: str, p: int, m: int, fwd: Durations, bwd: Durations,
     for s in range(p):
         mine = ops.filter(pl.col("stage") == s)
         starts, ends = mine["start"].to_list(), mine["end"].to_list()
-        per_stage.append({
-            "stage": s,
-            "busy": float(sum(e - st for st, e in zip(starts, ends))),
-            "fill": mine.filter(pl.col("kind") == "F")["start"].min() - lo,
-            "drain": hi - mine.filter(pl.col("kind") == "B")["end"].max(),
-            "steady": float(sum(max(0.0, st - e) for e, st in zip(ends[:-1], starts[1:]))),
-            "max_inflight": _max_inflight(programs[s]),
-        })
+        per_stage.append(
+            {
+                "stage": s,
+                "busy": float(sum(e - st for st, e in zip(starts, ends))),
+                "fill": mine.filter(pl.col("kind") == "F")["start"].min() - lo,
+                "drain": hi - mine.filter(pl.col("kind") == "B")["end"].max(),
+                "steady": float(sum(max(0.0, st - e) for e, st in zip(ends[:-1], starts[1:]))),
+                "max_inflight": _max_inflight(programs[s]),
+            }
+        )
     per_stage_df = pl.DataFrame(per_stage, schema=PER_STAGE_SCHEMA)
     idle = sum(window - r["busy"] for r in per_stage)
     bubble = idle / (p * window) if window > 0 else 0.0

@@ -30,14 +30,25 @@ successor" follows the group order, or the NCCL ring order when the log gave one
 NCCL uses the tree for all_reduce only; any other op named with TREE falls back to the ring.
 A link is intra-node when both ends are on one node, inter-node otherwise.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
-       "send", "recv", "barrier")
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send",
+    "recv",
+    "barrier",
+)
 LINK_SCHEMA = {"call_index": pl.Int64, "src": pl.Int64, "dst": pl.Int64, "bytes": pl.Float64}
 
 Link = tuple[int, int, float]
@@ -48,13 +59,13 @@ _MODEL = {
     "ring_all_gather": "ring: each rank sends (n-1)/n x S to its ring successor",
     "ring_reduce_scatter": "ring: each rank sends (n-1)/n x S to its ring successor",
     "gloo_reduce_scatter": "a full all_reduce of the input (gloo has no native reduce-scatter): "
-                           "ring, each rank sends 2(n-1)/n x S to its successor",
+    "ring, each rank sends 2(n-1)/n x S to its successor",
     "binomial_broadcast": "binomial tree from the root: n-1 edges, S each",
     "binomial_reduce": "binomial tree into the root (broadcast's mirror): n-1 edges, S each",
     "chain_broadcast": "ring chain root -> successor -> ...: n-1 links, S each",
     "chain_reduce": "ring chain ending at the root: n-1 links, S each",
     "tree_all_reduce": "tree (simplified double binary tree: chain inside nodes, binary tree "
-                       "across nodes): S up and S down each tree edge",
+    "across nodes): S up and S down each tree edge",
     "direct_all_to_all": "direct pairs: each rank sends S/n to every other rank",
     "p2p": "one link src -> dst, S",
     "barrier": "no bytes",
@@ -130,8 +141,11 @@ def _kind(call: dict[str, Any]) -> str:
     if op == "all_to_all":
         return "direct_all_to_all"
     if backend == "gloo":
-        return {"reduce_scatter": "gloo_reduce_scatter", "broadcast": "binomial_broadcast",
-                "reduce": "binomial_reduce"}.get(op, f"ring_{op}")
+        return {
+            "reduce_scatter": "gloo_reduce_scatter",
+            "broadcast": "binomial_broadcast",
+            "reduce": "binomial_reduce",
+        }.get(op, f"ring_{op}")
     if op == "all_reduce" and algorithm == "tree":
         return "tree_all_reduce"
     return {"broadcast": "chain_broadcast", "reduce": "chain_reduce"}.get(op, f"ring_{op}")
@@ -181,8 +195,10 @@ def link_bytes(calls: pl.DataFrame, node_of: dict[int, int] | None = None) -> pl
     for i, call in enumerate(calls.to_dicts()):
         if call.get("bytes") is None:
             continue  # size unknown: say so upstream, never guess
-        rows += [{"call_index": i, "src": a, "dst": b, "bytes": v}
-                 for a, b, v in _call_links(call, node_of)]
+        rows += [
+            {"call_index": i, "src": a, "dst": b, "bytes": v}
+            for a, b, v in _call_links(call, node_of)
+        ]
     return pl.DataFrame(rows, schema=LINK_SCHEMA)
 
 
@@ -200,7 +216,9 @@ def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: in
     Links touching a rank missing from node_of count as `unclassified_bytes`, with a warning.
     """
     links = link_bytes(calls, node_of)
-    bad = sorted({r for r in links["src"].to_list() + links["dst"].to_list() if not 0 <= r < world_size})
+    bad = sorted(
+        {r for r in links["src"].to_list() + links["dst"].to_list() if not 0 <= r < world_size}
+    )
     if bad:
         raise ValueError(f"ranks {bad} outside the world of {world_size}")
 
@@ -214,20 +232,28 @@ def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: in
             model[call["op"]].append(text)
 
     calls_meta = pl.DataFrame(
-        {"call_index": list(range(len(info))), "op": [c["op"] for c in info],
-         "group": [_group_text(c) for c in info]},
+        {
+            "call_index": list(range(len(info))),
+            "op": [c["op"] for c in info],
+            "group": [_group_text(c) for c in info],
+        },
         schema={"call_index": pl.Int64, "op": pl.Utf8, "group": pl.Utf8},
     )
-    nodes = pl.DataFrame({"rank": list(node_of), "node": list(node_of.values())},
-                         schema={"rank": pl.Int64, "node": pl.Int64})
+    nodes = pl.DataFrame(
+        {"rank": list(node_of), "node": list(node_of.values())},
+        schema={"rank": pl.Int64, "node": pl.Int64},
+    )
     links = (
         links.join(calls_meta, on="call_index", how="left")
         .join(nodes.rename({"rank": "src", "node": "src_node"}), on="src", how="left")
         .join(nodes.rename({"rank": "dst", "node": "dst_node"}), on="dst", how="left")
         .with_columns(
-            pl.when(pl.col("src_node").is_null() | pl.col("dst_node").is_null()).then(pl.lit("unclassified"))
-            .when(pl.col("src_node") == pl.col("dst_node")).then(pl.lit("intra"))
-            .otherwise(pl.lit("inter")).alias("link")
+            pl.when(pl.col("src_node").is_null() | pl.col("dst_node").is_null())
+            .then(pl.lit("unclassified"))
+            .when(pl.col("src_node") == pl.col("dst_node"))
+            .then(pl.lit("intra"))
+            .otherwise(pl.lit("inter"))
+            .alias("link")
         )
     )
 
@@ -237,10 +263,20 @@ def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: in
             pl.col("bytes").filter(pl.col("link") == "inter").sum().alias("inter"),
             pl.col("bytes").sum().alias("bytes"),
         )
-        return [{**{k: r[k] for k in keys}, "intra": round(r["intra"]), "inter": round(r["inter"]),
-                 "bytes": round(r["bytes"])} for r in out.to_dicts()]
+        return [
+            {
+                **{k: r[k] for k in keys},
+                "intra": round(r["intra"]),
+                "inter": round(r["inter"]),
+                "bytes": round(r["bytes"]),
+            }
+            for r in out.to_dicts()
+        ]
 
-    exact = {k: links.filter(pl.col("link") == k)["bytes"].sum() for k in ("intra", "inter", "unclassified")}
+    exact = {
+        k: links.filter(pl.col("link") == k)["bytes"].sum()
+        for k in ("intra", "inter", "unclassified")
+    }
     classified = exact["intra"] + exact["inter"]
     matrix = [[0] * world_size for _ in range(world_size)]
     for r in links.group_by("src", "dst").agg(pl.col("bytes").sum()).to_dicts():
@@ -257,5 +293,7 @@ def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: in
         "by_op": split(["op"]),
         "by_group": split(["group", "op"]),
         "matrix": matrix,
-        "warnings": [f"traffic: ranks {missing} have no node; their links are unclassified"] if missing else [],
+        "warnings": [f"traffic: ranks {missing} have no node; their links are unclassified"]
+        if missing
+        else [],
     }

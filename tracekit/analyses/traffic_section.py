@@ -14,6 +14,7 @@ ranks and parallel dimension, ``by_dim`` (bytes per parallel dimension, when run
 dims), ``per_step`` (totals divided by the window's complete steps), ``calls``; frame
 ``traffic_links`` (src, dst, bytes, intra, src_node, dst_node) summed over calls.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,11 +24,28 @@ import polars as pl
 from tracekit.analyses import matching
 from tracekit.analyses.traffic import link_bytes, traffic_summary
 
-LINKS_SCHEMA = {"src": pl.Int64, "dst": pl.Int64, "bytes": pl.Int64, "intra": pl.Boolean,
-                "src_node": pl.Int64, "dst_node": pl.Int64}
-MODEL_SCHEMA = {"op": pl.Utf8, "bytes": pl.Int64, "ranks": pl.List(pl.Int64), "backend": pl.Utf8,
-                "algorithm": pl.Utf8, "root": pl.Int64, "src": pl.Int64, "dst": pl.Int64,
-                "ring": pl.List(pl.Int64), "group": pl.Utf8, "group_desc": pl.Utf8, "dim": pl.Utf8}
+LINKS_SCHEMA = {
+    "src": pl.Int64,
+    "dst": pl.Int64,
+    "bytes": pl.Int64,
+    "intra": pl.Boolean,
+    "src_node": pl.Int64,
+    "dst_node": pl.Int64,
+}
+MODEL_SCHEMA = {
+    "op": pl.Utf8,
+    "bytes": pl.Int64,
+    "ranks": pl.List(pl.Int64),
+    "backend": pl.Utf8,
+    "algorithm": pl.Utf8,
+    "root": pl.Int64,
+    "src": pl.Int64,
+    "dst": pl.Int64,
+    "ring": pl.List(pl.Int64),
+    "group": pl.Utf8,
+    "group_desc": pl.Utf8,
+    "dim": pl.Utf8,
+}
 
 
 def read_logs(path: Any) -> Any:
@@ -44,7 +62,9 @@ def _world_size(inp: Any) -> int:
     return max(run_ws, infos_ws, ranks)
 
 
-def model_calls(calls: pl.DataFrame, backend: str, ring: list[int] | None) -> tuple[pl.DataFrame, list[str]]:
+def model_calls(
+    calls: pl.DataFrame, backend: str, ring: list[int] | None
+) -> tuple[pl.DataFrame, list[str]]:
     """calls_frame rows -> traffic.link_bytes input (one row per call)."""
     warnings: list[str] = []
     rows, no_group, other_algo = [], 0, set()
@@ -59,15 +79,28 @@ def model_calls(calls: pl.DataFrame, backend: str, ring: list[int] | None) -> tu
             other_algo.add(algo)
             algo = "RING"
         ranks = c["ranks"] if not p2p else None
-        rows.append({
-            "op": c["op"], "bytes": c["bytes"], "ranks": ranks, "backend": be, "algorithm": algo.lower(),
-            "root": None, "src": c["src"] if p2p else None, "dst": c["dst"] if p2p else None,
-            "ring": ring if (be == "nccl" and ring and ranks and sorted(ring) == ranks) else None,
-            "group": f"p2p {c['src']}->{c['dst']}" if p2p else c["group"],
-            "group_desc": c["group_desc"], "dim": c["dim"],
-        })
+        rows.append(
+            {
+                "op": c["op"],
+                "bytes": c["bytes"],
+                "ranks": ranks,
+                "backend": be,
+                "algorithm": algo.lower(),
+                "root": None,
+                "src": c["src"] if p2p else None,
+                "dst": c["dst"] if p2p else None,
+                "ring": ring
+                if (be == "nccl" and ring and ranks and sorted(ring) == ranks)
+                else None,
+                "group": f"p2p {c['src']}->{c['dst']}" if p2p else c["group"],
+                "group_desc": c["group_desc"],
+                "dim": c["dim"],
+            }
+        )
     if no_group:
-        warnings.append(f"traffic: {no_group} calls have no known process group members: their bytes are not on the links")
+        warnings.append(
+            f"traffic: {no_group} calls have no known process group members: their bytes are not on the links"
+        )
     if other_algo:
         warnings.append(f"traffic: NCCL algorithms {sorted(other_algo)} are modelled as the ring")
     return pl.DataFrame(rows, schema=MODEL_SCHEMA), warnings
@@ -79,8 +112,15 @@ def _by(links: pl.DataFrame, keys: list[str]) -> list[dict[str, Any]]:
         pl.col("bytes").filter(pl.col("link") == "inter").sum().alias("inter"),
         pl.col("bytes").sum().alias("bytes"),
     )
-    return [{**{k: r[k] for k in keys}, "intra": round(r["intra"]), "inter": round(r["inter"]),
-             "bytes": round(r["bytes"])} for r in out.to_dicts()]
+    return [
+        {
+            **{k: r[k] for k in keys},
+            "intra": round(r["intra"]),
+            "inter": round(r["inter"]),
+            "bytes": round(r["bytes"]),
+        }
+        for r in out.to_dicts()
+    ]
 
 
 def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
@@ -104,43 +144,77 @@ def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], l
     summary = traffic_summary(calls.drop("group", "group_desc", "dim"), nodes, world)
     warnings += summary.pop("warnings", [])
 
-    node = pl.DataFrame({"rank": list(nodes), "node": list(nodes.values())},
-                        schema={"rank": pl.Int64, "node": pl.Int64})
+    node = pl.DataFrame(
+        {"rank": list(nodes), "node": list(nodes.values())},
+        schema={"rank": pl.Int64, "node": pl.Int64},
+    )
     meta = calls.with_row_index("call_index").select(
-        pl.col("call_index").cast(pl.Int64), "op", "group", "group_desc", "dim",
-        pl.coalesce("ranks", pl.concat_list("src", "dst")).alias("group_ranks"))
+        pl.col("call_index").cast(pl.Int64),
+        "op",
+        "group",
+        "group_desc",
+        "dim",
+        pl.coalesce("ranks", pl.concat_list("src", "dst")).alias("group_ranks"),
+    )
     links = (
         link_bytes(calls.drop("group", "group_desc", "dim"), nodes)
         .join(meta, on="call_index", how="left")
         .join(node.rename({"rank": "src", "node": "src_node"}), on="src", how="left")
         .join(node.rename({"rank": "dst", "node": "dst_node"}), on="dst", how="left")
         .with_columns(
-            pl.when(pl.col("src_node").is_null() | pl.col("dst_node").is_null()).then(pl.lit("unclassified"))
-            .when(pl.col("src_node") == pl.col("dst_node")).then(pl.lit("intra"))
-            .otherwise(pl.lit("inter")).alias("link"))
+            pl.when(pl.col("src_node").is_null() | pl.col("dst_node").is_null())
+            .then(pl.lit("unclassified"))
+            .when(pl.col("src_node") == pl.col("dst_node"))
+            .then(pl.lit("intra"))
+            .otherwise(pl.lit("inter"))
+            .alias("link")
+        )
     )
     by_group = sorted(_by(links, ["group", "op"]), key=lambda r: (str(r["group"]), str(r["op"])))
     info = {r["group"]: r for r in meta.unique("group", keep="first").to_dicts()}
     for r in by_group:
         g = info.get(r["group"], {})
         r.update(desc=g.get("group_desc"), dim=g.get("dim"), ranks=g.get("group_ranks"))
-    by_dim = _by(links.filter(pl.col("dim").is_not_null()), ["dim"]) if links["dim"].drop_nulls().len() else []
+    by_dim = (
+        _by(links.filter(pl.col("dim").is_not_null()), ["dim"])
+        if links["dim"].drop_nulls().len()
+        else []
+    )
 
     steps = int(inp.windows["steps"].min() or 0) if inp.windows.height else 0
     per_step = None
     if steps > 0:
-        per_step = {"steps": steps, **{k: summary[k] / steps for k in
-                                       ("intra_node_bytes", "inter_node_bytes", "total_bytes")}}
-        per_step["by_dim"] = [{**r, **{k: r[k] / steps for k in ("intra", "inter", "bytes")}} for r in by_dim]
-    summary.update(by_group=by_group, by_dim=by_dim, per_step=per_step, calls=calls.height,
-                   unknown_size_calls=int(calls["bytes"].null_count()),
-                   nodes=len(set(nodes.values())), backend="+".join(sorted(set(calls["backend"]))),
-                   ring_source="nccl_log" if ring else "group order")
+        per_step = {
+            "steps": steps,
+            **{
+                k: summary[k] / steps
+                for k in ("intra_node_bytes", "inter_node_bytes", "total_bytes")
+            },
+        }
+        per_step["by_dim"] = [
+            {**r, **{k: r[k] / steps for k in ("intra", "inter", "bytes")}} for r in by_dim
+        ]
+    summary.update(
+        by_group=by_group,
+        by_dim=by_dim,
+        per_step=per_step,
+        calls=calls.height,
+        unknown_size_calls=int(calls["bytes"].null_count()),
+        nodes=len(set(nodes.values())),
+        backend="+".join(sorted(set(calls["backend"]))),
+        ring_source="nccl_log" if ring else "group order",
+    )
     frame = (
         links.group_by("src", "dst")
-        .agg(pl.col("bytes").sum().round().cast(pl.Int64), pl.col("src_node").first(), pl.col("dst_node").first(),
-             (pl.col("link").first() == "intra").alias("intra"))
-        .select(list(LINKS_SCHEMA)).cast(LINKS_SCHEMA).sort("src", "dst")
+        .agg(
+            pl.col("bytes").sum().round().cast(pl.Int64),
+            pl.col("src_node").first(),
+            pl.col("dst_node").first(),
+            (pl.col("link").first() == "intra").alias("intra"),
+        )
+        .select(list(LINKS_SCHEMA))
+        .cast(LINKS_SCHEMA)
+        .sort("src", "dst")
     )
     return summary, {"traffic_links": frame}, warnings
 
@@ -155,8 +229,12 @@ def nccl(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list
     kernels: dict[str, dict[str, int]] = {}
     if table.height and "algorithm" in table.columns:
         gpu = table.filter(pl.col("algorithm").is_not_null())
-        for r in gpu.group_by("op", "algorithm", "protocol").len().sort("op", "algorithm").to_dicts():
-            kernels.setdefault(str(r["op"]), {})[f"{r['algorithm']}_{r['protocol']}"] = int(r["len"])
+        for r in (
+            gpu.group_by("op", "algorithm", "protocol").len().sort("op", "algorithm").to_dicts()
+        ):
+            kernels.setdefault(str(r["op"]), {})[f"{r['algorithm']}_{r['protocol']}"] = int(
+                r["len"]
+            )
     if log is None and not kernels:
         return None, {}, []
     out: dict[str, Any] = {"kernel_algorithms": kernels, "logs": None}
@@ -165,12 +243,18 @@ def nccl(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list
         tuning = log.tuning
         chosen = []
         if tuning.height:
-            chosen = (tuning.group_by("op", "algo", "proto", maintain_order=True)
-                      .agg(pl.col("bytes").min().alias("min_bytes"), pl.col("bytes").max().alias("max_bytes"),
-                           pl.len().alias("lines"))
-                      .to_dicts())
+            chosen = (
+                tuning.group_by("op", "algo", "proto", maintain_order=True)
+                .agg(
+                    pl.col("bytes").min().alias("min_bytes"),
+                    pl.col("bytes").max().alias("max_bytes"),
+                    pl.len().alias("lines"),
+                )
+                .to_dicts()
+            )
         out["logs"] = {
-            "files": len(log.files), "version": log.version,
+            "files": len(log.files),
+            "version": log.version,
             "communicators": int(log.comms.select("comm_id").n_unique()) if log.comms.height else 0,
             "layout": {str(r): v for r, v in sorted(layout.items())},
             "nodes": len({v["node"] for v in layout.values()}) if layout else None,
@@ -190,7 +274,7 @@ def matching_section(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.Data
     sources = table.group_by("group_source").len().sort("group_source").to_dicts()
     summary = {
         "method": "k-th call of a process group on every member rank (flight-recorder collective_seq_id, or "
-                  "per-group order); p2p: k-th send a->b with k-th recv; transfer = min duration, wait = rest",
+        "per-group order); p2p: k-th send a->b with k-th recv; transfer = min duration, wait = rest",
         "calls": int(table["call_id"].drop_nulls().n_unique()),
         "complete_calls": int(table.filter(pl.col("complete"))["call_id"].n_unique()),
         "unattributed_rows": int(table["call_id"].null_count()),

@@ -10,6 +10,7 @@ Per rank, divided by the window's complete steps, for the rank with the most ide
 ``collectives`` ``ideal_bytes_per_rank``, which is that maximum); ``per_op[]`` splits both, for
 that rank, by the op the program asked for and the op the backend ran.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,8 +29,10 @@ def volume_summary(coll: pl.DataFrame, steps: int) -> dict[str, Any] | None:
         (pl.col("bytes").fill_null(0) * bus_factor(pl.col("op"), n)).alias("ideal"),
         # a span without sizes (gloo all_gather when groups differ in size) moved S all the same:
         # the all-gather output, or the full input a reduce-scatter all-reduces
-        (pl.coalesce("wire_bytes", "bytes").fill_null(0) * bus_factor(pl.col("wire_op").fill_null(pl.col("op")), n))
-        .alias("wire"),
+        (
+            pl.coalesce("wire_bytes", "bytes").fill_null(0)
+            * bus_factor(pl.col("wire_op").fill_null(pl.col("op")), n)
+        ).alias("wire"),
     )
     per_rank = rows.group_by("rank").agg(pl.col("ideal").sum(), pl.col("wire").sum())
     busiest = int(per_rank.sort("ideal", descending=True)["rank"][0])
@@ -47,9 +50,16 @@ def volume_summary(coll: pl.DataFrame, steps: int) -> dict[str, Any] | None:
         "ideal_bytes_per_rank_per_step": ideal,
         "wire_bytes_per_rank_per_step": wire,
         "wire_to_ideal": wire / ideal if ideal else None,
-        "per_op": [{"op": r["op"], "wire_op": r["wire_op"], "calls_per_step": r["count"] / steps,
-                    "ideal_bytes_per_step": r["ideal"] / steps, "wire_bytes_per_step": r["wire"] / steps}
-                   for r in per_op.iter_rows(named=True)],
+        "per_op": [
+            {
+                "op": r["op"],
+                "wire_op": r["wire_op"],
+                "calls_per_step": r["count"] / steps,
+                "ideal_bytes_per_step": r["ideal"] / steps,
+                "wire_bytes_per_step": r["wire"] / steps,
+            }
+            for r in per_op.iter_rows(named=True)
+        ],
     }
 
 

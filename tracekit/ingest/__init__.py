@@ -3,6 +3,7 @@
 ``read_trace`` reads one Kineto trace, ``read_traces`` several ranks in parallel; see
 tracekit.ingest.kineto for the column rules.
 """
+
 from __future__ import annotations
 
 from tracekit.ingest.kineto import TraceInfo, read_trace, read_traces

@@ -10,6 +10,7 @@ Everything here is vectorised over the events frame (``pl.when`` / ``str`` / ``r
 except :func:`call_bytes`, which reads the nested ``Input Dims`` JSON of the few rows that are
 collective calls (about one event in a hundred).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,10 @@ import polars as pl
 #: One regex over a name with underscores removed and lower-cased: ``_allgather_base_``,
 #: ``all_gather_into_tensor_coalesced``, ``AllGather`` all become a word starting ``allgather``.
 #: ``sendrecv`` is listed so that NCCL's ``SendRecv`` kernels are not taken for ``send``.
-_OP_WORD = (r"^(allreduce|allgather|reducescatter|alltoall|broadcast|reduce|sendrecv|send|recv"
-            r"|monitoredbarrier|barrier)")
+_OP_WORD = (
+    r"^(allreduce|allgather|reducescatter|alltoall|broadcast|reduce|sendrecv|send|recv"
+    r"|monitoredbarrier|barrier)"
+)
 _OP_NAMES = {
     "allreduce": "all_reduce",
     "allgather": "all_gather",
@@ -45,19 +48,19 @@ _OP_NAMES = {
 C10D_ARG: dict[str, tuple[int, bool]] = {
     "allreduce_": (0, False),
     "allreduce_coalesced_": (0, False),
-    "allgather_": (1, True),                       # (Tensor[][] out, Tensor[] in, ...)
+    "allgather_": (1, True),  # (Tensor[][] out, Tensor[] in, ...)
     "allgather_coalesced_": (1, True),
-    "_allgather_base_": (0, False),                # (Tensor out, Tensor in, ...)
+    "_allgather_base_": (0, False),  # (Tensor out, Tensor in, ...)
     "allgather_into_tensor_coalesced_": (0, False),  # (Tensor[] outs, Tensor[] ins, ...)
-    "reduce_scatter_": (0, True),                  # (Tensor[] out, Tensor[][] in, ...)
-    "_reduce_scatter_base_": (1, False),           # (Tensor out, Tensor in, ...)
+    "reduce_scatter_": (0, True),  # (Tensor[] out, Tensor[][] in, ...)
+    "_reduce_scatter_base_": (1, False),  # (Tensor out, Tensor in, ...)
     "reduce_scatter_tensor_coalesced_": (1, False),
     "broadcast_": (0, False),
     "reduce_": (0, False),
-    "alltoall_": (1, False),                       # (Tensor[] out, Tensor[] in, ...)
-    "alltoall_base_": (1, False),                  # (Tensor out, Tensor in, ...)
-    "send": (0, False),                            # (Tensor[] t, pg, int dstRank, int tag)
-    "recv_": (0, False),                           # (Tensor[] t, pg, int srcRank, int tag)
+    "alltoall_": (1, False),  # (Tensor[] out, Tensor[] in, ...)
+    "alltoall_base_": (1, False),  # (Tensor out, Tensor in, ...)
+    "send": (0, False),  # (Tensor[] t, pg, int dstRank, int tag)
+    "recv_": (0, False),  # (Tensor[] t, pg, int srcRank, int tag)
     "recv_any_source_": (0, False),
 }
 #: Index in ``Concrete Inputs`` of the peer rank of ``c10d::send`` / ``c10d::recv_``.
@@ -74,8 +77,10 @@ DTYPES: dict[str, tuple[str, int]] = {
     **dict.fromkeys(["double", "float64", "torch.float64"], ("float64", 8)),
     **dict.fromkeys(["c10::half", "half", "float16", "torch.float16"], ("float16", 2)),
     **dict.fromkeys(["c10::bfloat16", "bfloat16", "torch.bfloat16"], ("bfloat16", 2)),
-    **dict.fromkeys(["long int", "long", "long long int", "long long", "int64", "int64_t",
-                     "torch.int64"], ("int64", 8)),
+    **dict.fromkeys(
+        ["long int", "long", "long long int", "long long", "int64", "int64_t", "torch.int64"],
+        ("int64", 8),
+    ),
     **dict.fromkeys(["int", "int32", "int32_t", "torch.int32"], ("int32", 4)),
     **dict.fromkeys(["short int", "short", "int16", "int16_t", "torch.int16"], ("int16", 2)),
     **dict.fromkeys(["signed char", "char", "int8", "int8_t", "torch.int8"], ("int8", 1)),
@@ -106,8 +111,9 @@ _KERNEL_OP = r"(?i)(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)"
 def op_from_word(word: pl.Expr) -> pl.Expr:
     """DESIGN op name from any spelling of a collective (c10d op, Collective name, kernel word)."""
     compact = word.str.to_lowercase().str.replace_all("_", "", literal=True)
-    return compact.str.extract(_OP_WORD, 1).replace_strict(_OP_NAMES, default=None,
-                                                           return_dtype=pl.Utf8)
+    return compact.str.extract(_OP_WORD, 1).replace_strict(
+        _OP_NAMES, default=None, return_dtype=pl.Utf8
+    )
 
 
 def family_expr() -> pl.Expr:
@@ -122,11 +128,14 @@ def family_expr() -> pl.Expr:
     """
     cat, name = pl.col("cat"), pl.col("name")
     return (
-        pl.when(pl.col("coll_name").is_not_null()).then(pl.lit("params"))
-        .when((cat == "cpu_op") & name.str.starts_with("c10d::")).then(pl.lit("c10d"))
+        pl.when(pl.col("coll_name").is_not_null())
+        .then(pl.lit("params"))
+        .when((cat == "cpu_op") & name.str.starts_with("c10d::"))
+        .then(pl.lit("c10d"))
         .when(cat.is_in(["cpu_op", "user_annotation"]) & name.str.contains(BACKEND_PREFIX))
         .then(pl.lit("backend"))
-        .when((cat == "kernel") & (pl.col("kind") == "communication")).then(pl.lit("kernel"))
+        .when((cat == "kernel") & (pl.col("kind") == "communication"))
+        .then(pl.lit("kernel"))
         .otherwise(pl.lit(None, dtype=pl.Utf8))
     )
 
@@ -135,10 +144,14 @@ def op_expr() -> pl.Expr:
     """The op word per family, mapped to the DESIGN op names (null when not one of them)."""
     fam, name = pl.col("family"), pl.col("name")
     word = (
-        pl.when(fam == "params").then(pl.col("coll_name"))
-        .when(fam == "c10d").then(name.str.strip_prefix("c10d::"))
-        .when(fam == "backend").then(name.str.replace(BACKEND_PREFIX, ""))
-        .when(fam == "kernel").then(name.str.extract(_KERNEL_OP, 1))
+        pl.when(fam == "params")
+        .then(pl.col("coll_name"))
+        .when(fam == "c10d")
+        .then(name.str.strip_prefix("c10d::"))
+        .when(fam == "backend")
+        .then(name.str.replace(BACKEND_PREFIX, ""))
+        .when(fam == "kernel")
+        .then(name.str.extract(_KERNEL_OP, 1))
         .otherwise(pl.lit(None, dtype=pl.Utf8))
     )
     return op_from_word(word)
@@ -153,12 +166,14 @@ def arg_rule_exprs() -> list[pl.Expr]:
     return [
         pl.when(fam == "c10d")
         .then(c10d_name.replace_strict(index_map, default=None, return_dtype=pl.Int32))
-        .when(fam == "backend").then(pl.lit(-1, dtype=pl.Int32))
+        .when(fam == "backend")
+        .then(pl.lit(-1, dtype=pl.Int32))
         .otherwise(pl.lit(None, dtype=pl.Int32))
         .alias("arg_index"),
         pl.when(fam == "c10d")
         .then(c10d_name.replace_strict(scale_map, default=False, return_dtype=pl.Boolean))
-        .when(fam == "backend").then(op == "all_gather")
+        .when(fam == "backend")
+        .then(op == "all_gather")
         .otherwise(pl.lit(False))
         .alias("scale_n"),
     ]
@@ -179,12 +194,14 @@ def params_exprs() -> list[pl.Expr]:
     size = raw.replace_strict(_DTYPE_SIZE, default=None, return_dtype=pl.Int64)
     op = pl.col("op")
     nelems = pl.when(op == "all_gather").then(pl.col("out_nelems")).otherwise(pl.col("in_nelems"))
-    peer = (pl.when(op == "send").then(pl.col("dst_rank"))
-            .when(op == "recv").then(pl.col("src_rank")))
+    peer = (
+        pl.when(op == "send").then(pl.col("dst_rank")).when(op == "recv").then(pl.col("src_rank"))
+    )
     return [
         safe_product(nelems, size).alias("p_bytes"),
-        raw.replace_strict(_DTYPE_NAME, default=pl.col("p_dtype"), return_dtype=pl.Utf8)
-        .alias("p_dtype_c"),
+        raw.replace_strict(_DTYPE_NAME, default=pl.col("p_dtype"), return_dtype=pl.Utf8).alias(
+            "p_dtype_c"
+        ),
         peer.alias("p_peer"),
     ]
 
@@ -219,8 +236,9 @@ def _tensor_bytes(shape: Any, type_name: Any) -> tuple[int | None, str | None]:
     return numel * _DTYPE_SIZE[key], _DTYPE_NAME[key]
 
 
-def call_bytes(raw_dims: msgspec.Raw, raw_types: msgspec.Raw,
-               index: int) -> tuple[int | None, str | None]:
+def call_bytes(
+    raw_dims: msgspec.Raw, raw_types: msgspec.Raw, index: int
+) -> tuple[int | None, str | None]:
     """Bytes and canonical dtype of argument ``index`` (-1: all tensor arguments summed).
 
     A ``TensorList`` argument (``c10d::allreduce_`` and friends) records its shapes but no

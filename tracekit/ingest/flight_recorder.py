@@ -40,14 +40,16 @@ What a real gloo dump (torch 2.13, CPU) holds and lacks:
 Pickled dumps (the default file format of the NCCL watchdog) are never loaded: unpickling a file
 someone handed you runs arbitrary code. Such files are refused with a TracekitError.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import msgspec
 import polars as pl
@@ -59,43 +61,105 @@ NOT_JSON = "flight-recorder dump is not JSON (pickled dumps are never loaded)"
 
 # Bytes per element, by c10::toString(ScalarType) as written in input_dtypes/output_dtypes.
 DTYPE_BYTES = {
-    "Bool": 1, "Byte": 1, "Char": 1, "QInt8": 1, "QUInt8": 1, "QUInt4x2": 1, "QUInt2x4": 1,
-    "Float8_e5m2": 1, "Float8_e4m3fn": 1, "Float8_e5m2fnuz": 1, "Float8_e4m3fnuz": 1,
-    "Float8_e8m0fnu": 1, "Float4_e2m1fn_x2": 1, "Bits8": 1, "Bits1x8": 1, "Bits2x4": 1,
-    "Bits4x2": 1, "UInt8": 1, "Int8": 1,
-    "Short": 2, "Half": 2, "BFloat16": 2, "UInt16": 2, "Bits16": 2,
-    "Int": 4, "Float": 4, "QInt32": 4, "UInt32": 4, "ComplexHalf": 4,
-    "Long": 8, "Double": 8, "UInt64": 8, "ComplexFloat": 8,
+    "Bool": 1,
+    "Byte": 1,
+    "Char": 1,
+    "QInt8": 1,
+    "QUInt8": 1,
+    "QUInt4x2": 1,
+    "QUInt2x4": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2fnuz": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e8m0fnu": 1,
+    "Float4_e2m1fn_x2": 1,
+    "Bits8": 1,
+    "Bits1x8": 1,
+    "Bits2x4": 1,
+    "Bits4x2": 1,
+    "UInt8": 1,
+    "Int8": 1,
+    "Short": 2,
+    "Half": 2,
+    "BFloat16": 2,
+    "UInt16": 2,
+    "Bits16": 2,
+    "Int": 4,
+    "Float": 4,
+    "QInt32": 4,
+    "UInt32": 4,
+    "ComplexHalf": 4,
+    "Long": 8,
+    "Double": 8,
+    "UInt64": 8,
+    "ComplexFloat": 8,
     "ComplexDouble": 16,
 }
 
 # profiling_name after "backend:" -> DESIGN.md op name.
 _OP_NAMES = {
-    "all_reduce": "all_reduce", "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
-    "all_reduce_coalesced": "all_reduce", "allreduce_sparse": "all_reduce",
-    "all_gather": "all_gather", "allgather": "all_gather", "_all_gather_base": "all_gather",
-    "all_gather_base": "all_gather", "all_gather_into_tensor": "all_gather",
+    "all_reduce": "all_reduce",
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "allreduce_sparse": "all_reduce",
+    "all_gather": "all_gather",
+    "allgather": "all_gather",
+    "_all_gather_base": "all_gather",
+    "all_gather_base": "all_gather",
+    "all_gather_into_tensor": "all_gather",
     "all_gather_into_tensor_coalesced": "all_gather",
     "allgather_into_tensor_coalesced": "all_gather",
-    "allgather_coalesced": "all_gather", "all_gather_coalesced": "all_gather",
-    "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
-    "reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "allgather_coalesced": "all_gather",
+    "all_gather_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
     "reduce_scatter_tensor_coalesced": "reduce_scatter",
     "reduce_scatter_coalesced": "reduce_scatter",
-    "broadcast": "broadcast", "_broadcast_oop": "broadcast", "broadcast_coalesced": "broadcast",
-    "reduce": "reduce", "_reduce_oop": "reduce",
-    "all_to_all": "all_to_all", "alltoall": "all_to_all", "alltoall_base": "all_to_all",
+    "broadcast": "broadcast",
+    "_broadcast_oop": "broadcast",
+    "broadcast_coalesced": "broadcast",
+    "reduce": "reduce",
+    "_reduce_oop": "reduce",
+    "all_to_all": "all_to_all",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all",
     "all_to_all_single": "all_to_all",
-    "send": "send", "recv": "recv", "recv_anysource": "recv", "barrier": "barrier",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv",
+    "barrier": "barrier",
 }
 
 S, I, F, B = pl.Utf8, pl.Int64, pl.Float64, pl.Boolean
 ENTRY_SCHEMA = {
-    "rank": I, "pg_id": I, "pg_name": S, "pg_desc": S, "collective_seq_id": I, "p2p_seq_id": I,
-    "is_p2p": B, "op": S, "profiling_name": S, "in_bytes": I, "out_bytes": I, "dtype": S,
-    "state": S, "time_created_ns": I, "started_ns": I, "completed_ns": I, "duration_ms": F,
-    "record_id": I, "op_id": I, "input_sizes": pl.List(pl.List(I)),
-    "output_sizes": pl.List(pl.List(I)), "retired": B, "timeout_ms": I, "thread_name": S,
+    "rank": I,
+    "pg_id": I,
+    "pg_name": S,
+    "pg_desc": S,
+    "collective_seq_id": I,
+    "p2p_seq_id": I,
+    "is_p2p": B,
+    "op": S,
+    "profiling_name": S,
+    "in_bytes": I,
+    "out_bytes": I,
+    "dtype": S,
+    "state": S,
+    "time_created_ns": I,
+    "started_ns": I,
+    "completed_ns": I,
+    "duration_ms": F,
+    "record_id": I,
+    "op_id": I,
+    "input_sizes": pl.List(pl.List(I)),
+    "output_sizes": pl.List(pl.List(I)),
+    "retired": B,
+    "timeout_ms": I,
+    "thread_name": S,
 }
 GROUP_SCHEMA = {"pg_name": S, "pg_desc": S, "pg_id": I, "ranks": pl.List(I), "ranks_source": S}
 
@@ -160,7 +224,8 @@ def _read_bytes(path: Path) -> bytes:
         raise TracekitError("is a folder, not a flight-recorder dump", path) from None
     except OSError as exc:
         raise TracekitError(
-            f"cannot read flight-recorder dump ({exc.strerror or exc})", path) from None
+            f"cannot read flight-recorder dump ({exc.strerror or exc})", path
+        ) from None
 
 
 def _decode(path: Path, data: bytes) -> _Dump:
@@ -179,7 +244,8 @@ def _decode(path: Path, data: bytes) -> _Dump:
         raise TracekitError(f"not a flight-recorder dump ({exc})", path) from None
     except msgspec.DecodeError as exc:
         raise TracekitError(
-            f"flight-recorder dump is damaged or truncated JSON ({exc})", path) from None
+            f"flight-recorder dump is damaged or truncated JSON ({exc})", path
+        ) from None
     if dump.entries is None and dump.pg_config is None and dump.version is None:
         raise TracekitError("not a flight-recorder dump (no version, pg_config or entries)", path)
     return dump
@@ -205,7 +271,7 @@ def op_name(profiling_name: str | None) -> str | None:
     if not profiling_name:
         return None
     name = profiling_name.split(":", 1)[-1].strip()
-    name = name.split(" ", 1)[0]                      # "nccl:send 0->1"
+    name = name.split(" ", 1)[0]  # "nccl:send 0->1"
     return _OP_NAMES.get(name)
 
 
@@ -254,18 +320,29 @@ def _row(e: _Entry, rank: int | None) -> dict[str, Any]:
     dtypes = e.input_dtypes or e.output_dtypes or []
     ins, outs = _sizes(e.input_sizes), _sizes(e.output_sizes)
     return {
-        "rank": rank, "pg_id": _int(e.pg_id), "pg_name": pg[0] if pg else None,
+        "rank": rank,
+        "pg_id": _int(e.pg_id),
+        "pg_name": pg[0] if pg else None,
         "pg_desc": pg[1] if len(pg) > 1 else None,
-        "collective_seq_id": _i64(e.collective_seq_id), "p2p_seq_id": _i64(e.p2p_seq_id),
-        "is_p2p": e.is_p2p, "op": op_name(e.profiling_name), "profiling_name": e.profiling_name,
+        "collective_seq_id": _i64(e.collective_seq_id),
+        "p2p_seq_id": _i64(e.p2p_seq_id),
+        "is_p2p": e.is_p2p,
+        "op": op_name(e.profiling_name),
+        "profiling_name": e.profiling_name,
         "in_bytes": tensor_bytes(ins, e.input_dtypes),
         "out_bytes": tensor_bytes(outs, e.output_dtypes),
-        "dtype": dtypes[0] if dtypes else None, "state": e.state,
+        "dtype": dtypes[0] if dtypes else None,
+        "state": e.state,
         "time_created_ns": _time(e.time_created_ns),
         "started_ns": _time(e.time_discovered_started_ns),
-        "completed_ns": _time(e.time_discovered_completed_ns), "duration_ms": e.duration_ms,
-        "record_id": _i64(e.record_id), "op_id": _i64(e.op_id), "input_sizes": ins,
-        "output_sizes": outs, "retired": e.retired, "timeout_ms": _i64(e.timeout_ms),
+        "completed_ns": _time(e.time_discovered_completed_ns),
+        "duration_ms": e.duration_ms,
+        "record_id": _i64(e.record_id),
+        "op_id": _i64(e.op_id),
+        "input_sizes": ins,
+        "output_sizes": outs,
+        "retired": e.retired,
+        "timeout_ms": _i64(e.timeout_ms),
         "thread_name": e.thread_name,
     }
 
@@ -291,16 +368,23 @@ def _groups(pg_config: dict[str, Any] | None, entries: pl.DataFrame) -> pl.DataF
         info = info if isinstance(info, dict) else {}
         name = str(info.get("name", key) or key)
         ranks = _parse_ranks(info.get("ranks"))
-        if not name and not ranks:                    # gloo's placeholder {"": {"ranks": "[]"}}
+        if not name and not ranks:  # gloo's placeholder {"": {"ranks": "[]"}}
             continue
-        rows[name] = {"pg_name": name, "pg_desc": _text(info.get("desc")), "pg_id": None,
-                      "ranks": ranks or None, "ranks_source": "pg_config" if ranks else None}
+        rows[name] = {
+            "pg_name": name,
+            "pg_desc": _text(info.get("desc")),
+            "pg_id": None,
+            "ranks": ranks or None,
+            "ranks_source": "pg_config" if ranks else None,
+        }
     seen = entries.select("pg_name", "pg_desc", "pg_id").unique(maintain_order=True)
     for name, desc, pg_id in seen.iter_rows():
         if name is None:
             continue
-        row = rows.setdefault(name, {"pg_name": name, "pg_desc": desc, "pg_id": None,
-                                     "ranks": None, "ranks_source": None})
+        row = rows.setdefault(
+            name,
+            {"pg_name": name, "pg_desc": desc, "pg_id": None, "ranks": None, "ranks_source": None},
+        )
         row["pg_id"] = pg_id if row["pg_id"] is None else row["pg_id"]
         row["pg_desc"] = row["pg_desc"] or desc
     return pl.DataFrame(list(rows.values()), schema=GROUP_SCHEMA)
@@ -326,15 +410,25 @@ def read_flight_record(path: Path, rank: int | None = None) -> FlightRecord:
     unknown = frame.filter(pl.col("in_bytes").is_null() & pl.col("input_sizes").list.len().gt(0))
     if unknown.height:
         warnings.append(
-            f"{path.name}: {unknown.height} entries have a dtype of unknown size: bytes null")
+            f"{path.name}: {unknown.height} entries have a dtype of unknown size: bytes null"
+        )
     version = None if dump.version is None else str(dump.version)
-    return FlightRecord(path=path, rank=rank, version=version, entries=frame,
-                        groups=_groups(dump.pg_config, frame), warnings=tuple(warnings))
+    return FlightRecord(
+        path=path,
+        rank=rank,
+        version=version,
+        entries=frame,
+        groups=_groups(dump.pg_config, frame),
+        warnings=tuple(warnings),
+    )
 
 
 def _dump_files(paths_or_dir: Path | Sequence[Path]) -> list[Path]:
-    items = [Path(paths_or_dir)] if isinstance(paths_or_dir, (str, Path)) else [
-        Path(p) for p in paths_or_dir]
+    items = (
+        [Path(paths_or_dir)]
+        if isinstance(paths_or_dir, (str, Path))
+        else [Path(p) for p in paths_or_dir]
+    )
     files: list[Path] = []
     for item in items:
         if not item.exists():
@@ -360,13 +454,18 @@ def _fill_group_ranks(records: list[FlightRecord]) -> list[FlightRecord]:
     out = []
     for rec in records:
         g = rec.groups
-        inferred = pl.Series("inferred", [sorted(members.get(n, ())) or None
-                                          for n in g["pg_name"]], dtype=pl.List(pl.Int64))
+        inferred = pl.Series(
+            "inferred",
+            [sorted(members.get(n, ())) or None for n in g["pg_name"]],
+            dtype=pl.List(pl.Int64),
+        )
         missing = g["ranks"].is_null()
         g = g.with_columns(
             ranks=pl.when(missing).then(inferred).otherwise(pl.col("ranks")),
-            ranks_source=pl.when(missing & inferred.is_not_null()).then(pl.lit("entries"))
-            .otherwise(pl.col("ranks_source")))
+            ranks_source=pl.when(missing & inferred.is_not_null())
+            .then(pl.lit("entries"))
+            .otherwise(pl.col("ranks_source")),
+        )
         out.append(dataclasses.replace(rec, groups=g))
     return out
 

@@ -23,6 +23,7 @@ lack (distributedInfo, ProfilerStep markers, record_param_comms, host_name) and 
 instead: tracekit never guesses silently. (When no trace has host_name, tracekit.topology's
 "topology unknown" warning is that line.)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,12 @@ Parsed = tuple[TraceInfo, pl.DataFrame]
 def _facts(info: TraceInfo, frame: pl.DataFrame) -> dict[str, Any]:
     """Time range (ns) of one file's events, and its host."""
     lo, hi = (frame["start_ns"].min(), frame["end_ns"].max()) if frame.height else (None, None)
-    return {"start": lo, "end": hi, "host": info.host_name,
-            "clock": (info.host_name, info.base_ns is not None)}
+    return {
+        "start": lo,
+        "end": hi,
+        "host": info.host_name,
+        "clock": (info.host_name, info.base_ns is not None),
+    }
 
 
 def _pid(frame: pl.DataFrame) -> str | None:
@@ -83,15 +88,19 @@ def _gap_s(a: dict[str, Any], b: dict[str, Any]) -> float:
     return (second["start"] - first["end"]) / 1e9
 
 
-def _one_rank(rank: int, items: list[tuple[TraceInfo, pl.DataFrame, dict]]) -> tuple[TraceInfo, pl.DataFrame, dict]:
+def _one_rank(
+    rank: int, items: list[tuple[TraceInfo, pl.DataFrame, dict]]
+) -> tuple[TraceInfo, pl.DataFrame, dict]:
     """The trace to use for a rank several files claim: the latest profiling cycle, or an error."""
     items = sorted(items, key=lambda t: (t[2]["start"] is None, t[2]["start"] or 0))
     for i, (a_info, _, a) in enumerate(items):
-        for b_info, _, b in items[i + 1:]:
+        for b_info, _, b in items[i + 1 :]:
             if _overlap(a, b):
                 raise TracekitError(
                     f"rank {rank} is claimed by {a_info.path} and {b_info.path} at the same time "
-                    "(their time ranges overlap): keep one of them", b_info.path)
+                    "(their time ranges overlap): keep one of them",
+                    b_info.path,
+                )
     for _, frame, f in items:
         f["pid"] = _pid(frame)
     processes = {(f["host"], f["pid"]) for _, _, f in items}
@@ -101,11 +110,15 @@ def _one_rank(rank: int, items: list[tuple[TraceInfo, pl.DataFrame, dict]]) -> t
             f"rank {rank} has traces from different processes ({a_info.path.name}: pid {a['pid']}"
             f"{' on ' + a['host'] if a['host'] else ''}; {b_info.path.name}: pid {b['pid']}"
             f"{' on ' + b['host'] if b['host'] else ''}): several jobs' traces in one folder; "
-            "analyse each job's traces separately", b_info.path)
+            "analyse each job's traces separately",
+            b_info.path,
+        )
     info, frame, facts = items[-1]
     ignored = [i.path for i, _, _ in items[:-1]]
-    note = (f"{len(items)} traces of rank {rank} from one process (profiling cycles): using the "
-            f"latest, {info.path.name}; ignored: {names(ignored, most=10)}")
+    note = (
+        f"{len(items)} traces of rank {rank} from one process (profiling cycles): using the "
+        f"latest, {info.path.name}; ignored: {names(ignored, most=10)}"
+    )
     return dataclasses.replace(info, warnings=(*info.warnings, note)), frame, facts
 
 
@@ -114,8 +127,9 @@ def select_traces(parsed: Sequence[Parsed]) -> list[Parsed]:
     by_rank: dict[int, list[tuple[TraceInfo, pl.DataFrame, dict]]] = {}
     for info, frame in parsed:
         by_rank.setdefault(info.rank, []).append((info, frame, _facts(info, frame)))
-    chosen = [items[0] if len(items) == 1 else _one_rank(rank, items)
-              for rank, items in by_rank.items()]
+    chosen = [
+        items[0] if len(items) == 1 else _one_rank(rank, items) for rank, items in by_rank.items()
+    ]
     _check_one_job(chosen)
     return [(info, frame) for info, frame, _ in chosen]
 
@@ -131,7 +145,9 @@ def _check_one_job(chosen: list[tuple[TraceInfo, pl.DataFrame, dict]]) -> None:
             (va, a), (vb, b) = list(seen.items())[:2]
             raise TracekitError(
                 f"traces from different jobs: {a.path.name} says {what} {va}, {b.path.name} "
-                f"says {vb}; analyse each job's traces separately", b.path)
+                f"says {vb}; analyse each job's traces separately",
+                b.path,
+            )
     by_clock: dict[Any, list[tuple[TraceInfo, dict]]] = {}
     for info, _, facts in chosen:
         if facts["host"] and facts["start"] is not None:
@@ -146,7 +162,9 @@ def _check_one_job(chosen: list[tuple[TraceInfo, pl.DataFrame, dict]]) -> None:
                     f"{first[0].path.name} and {info.path.name} come from one host "
                     f"({facts['host']}) but do not overlap in time ({_gap_s(first[1], facts):.1f} s "
                     "apart): not one job (or different profiling cycles of different ranks); "
-                    "analyse each job's traces separately", info.path)
+                    "analyse each job's traces separately",
+                    info.path,
+                )
             end_so_far = max(end_so_far, facts["end"])
 
 
@@ -154,44 +172,83 @@ def _check_one_job(chosen: list[tuple[TraceInfo, pl.DataFrame, dict]]) -> None:
 
 
 def _files_line(what: str, infos: list[TraceInfo], total: int, consequence: str) -> str:
-    where = f"all {total} traces" if len(infos) == total and total > 1 else names([i.path for i in infos])
+    where = (
+        f"all {total} traces"
+        if len(infos) == total and total > 1
+        else names([i.path for i in infos])
+    )
     return f"no {what} in {where}: {consequence}"
 
 
-def coverage_warnings(infos: Sequence[TraceInfo], events: pl.DataFrame,
-                      run: dict[str, Any] | None) -> list[str]:
+def coverage_warnings(
+    infos: Sequence[TraceInfo], events: pl.DataFrame, run: dict[str, Any] | None
+) -> list[str]:
     """One line per thing the traces lack, naming the files, and what tracekit does instead."""
     infos = list(infos)
     total, out = len(infos), []
     no_dist = [i for i in infos if i.rank_source != "distributedInfo" and i.world_size is None]
     if no_dist:
-        out.append(_files_line("distributedInfo", no_dist, total,
-                               "rank from the file name (else 0), world size and process groups unknown"))
+        out.append(
+            _files_line(
+                "distributedInfo",
+                no_dist,
+                total,
+                "rank from the file name (else 0), world size and process groups unknown",
+            )
+        )
     no_steps = [i for i in infos if i.profiler_steps == 0]
     if no_steps:
-        out.append(_files_line("ProfilerStep markers", no_steps, total,
-                               "the window is the whole trace; no step times"))
+        out.append(
+            _files_line(
+                "ProfilerStep markers",
+                no_steps,
+                total,
+                "the window is the whole trace; no step times",
+            )
+        )
     # lazy: an eager group_by copies every column of the frame (+140 MB at 1M events)
-    per_rank = (events.lazy().group_by("rank").agg(
-        (pl.col("kind") == "communication").any().alias("comm"),
-        (pl.col("name") == "record_param_comms").any().alias("rpc"),
-        (pl.col("name").str.starts_with("c10d::") & pl.col("op").is_not_null()).any().alias("c10d"),
-        (pl.col("device") == "gpu").any().alias("gpu"),
-    ).collect())
+    per_rank = (
+        events.lazy()
+        .group_by("rank")
+        .agg(
+            (pl.col("kind") == "communication").any().alias("comm"),
+            (pl.col("name") == "record_param_comms").any().alias("rpc"),
+            (pl.col("name").str.starts_with("c10d::") & pl.col("op").is_not_null())
+            .any()
+            .alias("c10d"),
+            (pl.col("device") == "gpu").any().alias("gpu"),
+        )
+        .collect()
+    )
     # CPU/gloo traces of torch 2.x never carry record_param_comms: their c10d:: calls say the op
-    lacking = set(per_rank.filter(pl.col("comm") & ~pl.col("rpc") & (pl.col("gpu") | ~pl.col("c10d")))
-                  ["rank"].to_list())
+    lacking = set(
+        per_rank.filter(pl.col("comm") & ~pl.col("rpc") & (pl.col("gpu") | ~pl.col("c10d")))[
+            "rank"
+        ].to_list()
+    )
     no_rpc = [i for i in infos if i.rank in lacking]
     if no_rpc:
-        out.append(_files_line("record_param_comms", no_rpc, total,
-                               "collectives' process groups unknown; sizes only where nccl:*/gloo:*/"
-                               "c10d:: rows carry them"))
+        out.append(
+            _files_line(
+                "record_param_comms",
+                no_rpc,
+                total,
+                "collectives' process groups unknown; sizes only where nccl:*/gloo:*/"
+                "c10d:: rows carry them",
+            )
+        )
     # host_name matters only to place several ranks on nodes; when no trace has it, the
     # topology warning (tracekit.topology) is that one line
     no_host = [i for i in infos if not i.host_name]
     if total > 1 and 0 < len(no_host) < total and not (run or {}).get("topology"):
-        out.append(_files_line("host_name", no_host, total,
-                               "these ranks cannot be placed on nodes by host; give --ranks-per-node"))
+        out.append(
+            _files_line(
+                "host_name",
+                no_host,
+                total,
+                "these ranks cannot be placed on nodes by host; give --ranks-per-node",
+            )
+        )
     return out
 
 
@@ -213,6 +270,8 @@ def missing_ranks_warning(infos: Sequence[TraceInfo], run: dict[str, Any] | None
         return None
     word = "rank" if len(missing) == 1 else "ranks"
     verb = "has" if len(missing) == 1 else "have"
-    return (f"{word} {ranges(missing)} of world size {world} ({source}) {verb} no trace: "
-            f"the analysis covers rank{'s' if len(infos) > 1 else ''} "
-            f"{ranges([i.rank for i in infos])} only")
+    return (
+        f"{word} {ranges(missing)} of world size {world} ({source}) {verb} no trace: "
+        f"the analysis covers rank{'s' if len(infos) > 1 else ''} "
+        f"{ranges([i.rank for i in infos])} only"
+    )

@@ -87,6 +87,7 @@ parses files in threads of this process, one per idle CPU, or, with three idle C
 and over 16 MiB of trace, in spawned worker processes (fork is unsafe once polars' thread pool
 runs) whose frames come back as Arrow IPC bytes, metadata as JSON.
 """
+
 from __future__ import annotations
 
 import functools
@@ -114,7 +115,7 @@ from tracekit.runfolder import rank_from_filename
 
 try:
     from tracekit.ingest import _kscan
-except ImportError:   # built without a C compiler: the msgspec path reads everything
+except ImportError:  # built without a C compiler: the msgspec path reads everything
     _kscan = None
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
@@ -124,7 +125,7 @@ _TIME_LIMIT = float(2**62)  # |ns| bound: int64 arithmetic on start/end can neve
 _RANK_LIMIT = 2**31
 NO_RANK_WARNING = "no rank in distributedInfo or file name; taken as rank 0"
 _POOL_MIN_BYTES = 16 * 2**20  # below this much trace on disk, worker start-up costs more
-_POOL_MIN_CPUS = 3            # two workers bought 13 % of wall time for 65 % more memory
+_POOL_MIN_CPUS = 3  # two workers bought 13 % of wall time for 65 % more memory
 
 
 @dataclass(frozen=True)
@@ -133,16 +134,16 @@ class TraceInfo:
 
     path: Path
     rank: int
-    rank_source: str            # "distributedInfo" | "argument" | "filename" | "default"
+    rank_source: str  # "distributedInfo" | "argument" | "filename" | "default"
     world_size: int | None
-    backend: str | None         # "gloo" | "nccl" | ...
+    backend: str | None  # "gloo" | "nccl" | ...
     host_name: str | None
-    base_ns: int | None         # baseTimeNanoseconds
+    base_ns: int | None  # baseTimeNanoseconds
     pg_config: tuple[dict, ...]  # distributedInfo.pg_config as given
     device_properties: tuple[dict, ...]
-    has_gpu: bool               # any kernel / gpu_memcpy / gpu_memset events
-    profiler_steps: int         # number of ProfilerStep#N annotations
-    warnings: tuple[str, ...]   # one line each: what is missing or was dropped
+    has_gpu: bool  # any kernel / gpu_memcpy / gpu_memset events
+    profiler_steps: int  # number of ProfilerStep#N annotations
+    warnings: tuple[str, ...]  # one line each: what is missing or was dropped
     # device ('cpu', 'cuda:0', ...) -> max 'Total Allocated' of the profiler's [memory] events
     memory_peak_bytes: dict[str, int] = field(default_factory=dict)
 
@@ -156,7 +157,7 @@ class _Args(msgspec.Struct, gc=False):
     """The ``args`` keys ingest reads on the rows that need more than :class:`_Common`
     (collective calls, thread names, memory events); loose types because real traces vary."""
 
-    name: Any = None                        # thread_name metadata
+    name: Any = None  # thread_name metadata
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
@@ -168,7 +169,7 @@ class _Args(msgspec.Struct, gc=False):
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     src_rank: Any = msgspec.field(default=None, name="Src Rank")
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
-    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")   # [memory] events
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")  # [memory] events
     device_type: Any = msgspec.field(default=None, name="Device Type")
     device_id: Any = msgspec.field(default=None, name="Device Id")
 
@@ -209,7 +210,7 @@ MAX_BYTES_ENV = "TRACEKIT_MAX_TRACE_BYTES"
 #: nccl_data.json.gz); the default limit leaves room for the analysis after it
 _MEMORY_PER_JSON_BYTE = 8
 _DEFLATE_MAX_RATIO = 1032
-_HINT_MAX_RATIO = 64          # trace JSON gzips 10-20x
+_HINT_MAX_RATIO = 64  # trace JSON gzips 10-20x
 _SUFFIXES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
@@ -240,26 +241,32 @@ def max_trace_bytes() -> tuple[int, str]:
         try:
             value = int(float(text.removesuffix(unit)) * _SUFFIXES[unit])
         except ValueError:
-            raise TracekitError(f"{MAX_BYTES_ENV}={os.environ[MAX_BYTES_ENV]!r} is not a number of "
-                                "bytes (e.g. 2000000000 or 2G)") from None
+            raise TracekitError(
+                f"{MAX_BYTES_ENV}={os.environ[MAX_BYTES_ENV]!r} is not a number of "
+                "bytes (e.g. 2000000000 or 2G)"
+            ) from None
         return max(value, 0), f"{MAX_BYTES_ENV}"
     avail = _available_memory()
     if avail is None:
         return 2**62, "no memory limit known"
-    return avail // _MEMORY_PER_JSON_BYTE, (f"1/{_MEMORY_PER_JSON_BYTE} of the {avail / 1e9:.1f} GB "
-                                            "of available memory")
+    return avail // _MEMORY_PER_JSON_BYTE, (
+        f"1/{_MEMORY_PER_JSON_BYTE} of the {avail / 1e9:.1f} GB of available memory"
+    )
 
 
-def _too_big(size: int, limit: int, why: str, path: Path, *, gz: bool = False,
-             at_least: bool = False) -> TracekitError:
+def _too_big(
+    size: int, limit: int, why: str, path: Path, *, gz: bool = False, at_least: bool = False
+) -> TracekitError:
     amount = f"{'more than ' if at_least else ''}{size / 1e9:.2f} GB of JSON"
     return TracekitError(
         f"trace too large to parse on this machine: {amount}{' once uncompressed' if gz else ''}, "
         f"over the limit of {limit / 1e9:.2f} GB ({why}); set {MAX_BYTES_ENV} to change it, or "
-        "analyse it on a machine with more memory", path)
+        "analyse it on a machine with more memory",
+        path,
+    )
 
 
-_GUNZIP_CHUNK = 2 << 20      # under the mmap threshold below: chunks reuse the heap
+_GUNZIP_CHUNK = 2 << 20  # under the mmap threshold below: chunks reuse the heap
 _MMAP_THRESHOLD = 4 << 20
 
 
@@ -276,7 +283,7 @@ def _pin_mmap_threshold() -> None:
     try:
         import ctypes
 
-        ctypes.CDLL(None).mallopt(-3, _MMAP_THRESHOLD)   # M_MMAP_THRESHOLD
+        ctypes.CDLL(None).mallopt(-3, _MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass
 
@@ -291,7 +298,7 @@ def _gunzip(raw: bytes, limit: int, why: str, path: Path, size_hint: int = 0) ->
     """
     out, pos, buf = bytearray(size_hint), 0, raw
     try:
-        while True:   # one gzip member per turn
+        while True:  # one gzip member per turn
             d = zlib.decompressobj(wbits=31)
             while not d.eof:
                 part = d.decompress(buf, _GUNZIP_CHUNK)
@@ -301,7 +308,7 @@ def _gunzip(raw: bytes, limit: int, why: str, path: Path, size_hint: int = 0) ->
                 end = pos + len(part)
                 if end > limit:
                     raise _too_big(end, limit, why, path, gz=True, at_least=True)
-                out[pos:end] = part   # grows the buffer when the hint was short
+                out[pos:end] = part  # grows the buffer when the hint was short
                 pos = end
             if not d.eof:
                 raise TracekitError("truncated gzip file (it ends before its end marker)", path)
@@ -320,7 +327,7 @@ def _read_bytes(path: Path) -> bytes | bytearray:
     states, then the running output size)."""
     limit, why = max_trace_bytes()
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO must not block us
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block us
     except OSError as exc:
         raise TracekitError(f"cannot read the file ({exc.strerror or exc})", path) from None
     with os.fdopen(fd, "rb") as f:
@@ -337,7 +344,7 @@ def _read_bytes(path: Path) -> bytes | bytearray:
                 raise _too_big(st.st_size, limit, why, path, gz=True, at_least=True)
             if gz and st.st_size >= 18:
                 f.seek(-4, os.SEEK_END)
-                stated = int.from_bytes(f.read(4), "little")   # ISIZE: size mod 2**32
+                stated = int.from_bytes(f.read(4), "little")  # ISIZE: size mod 2**32
                 # trust it only if deflate could reach it (ratio <= 1032): a cut file ends in noise
                 if limit < stated <= _DEFLATE_MAX_RATIO * st.st_size:
                     raise _too_big(stated, limit, why, path, gz=True)
@@ -411,8 +418,9 @@ def _meta(trace: _Trace, warnings: list[str]) -> dict[str, Any]:
     base = trace.baseTimeNanoseconds
     base_ns = _as_int(base, -(2**62), 2**62)
     if base is not None and base_ns is None:
-        warnings.append(f"baseTimeNanoseconds {str(base)[:40]!r} is not usable; "
-                        "times taken as given")
+        warnings.append(
+            f"baseTimeNanoseconds {str(base)[:40]!r} is not usable; times taken as given"
+        )
     backend, host = dist.get("backend"), trace.host_name
     return {
         "rank": rank,
@@ -434,15 +442,18 @@ def uniform_group_size(pg_config: Sequence[dict]) -> int | None:
     return size if type(size) is int and size > 0 else None
 
 
-def _choose_rank(path: Path, meta_rank: int | None, rank: int | None,
-                 warnings: list[str]) -> tuple[int, str]:
+def _choose_rank(
+    path: Path, meta_rank: int | None, rank: int | None, warnings: list[str]
+) -> tuple[int, str]:
     from_name = _as_int(rank_from_filename(path.name), 0, _RANK_LIMIT)
     if rank is not None and _as_int(rank, 0, _RANK_LIMIT) is None:
         raise TracekitError(f"rank {rank!r} is not a rank (0 <= rank < 2**31)", path)
     if meta_rank is not None:
         if from_name is not None and from_name != meta_rank:
-            warnings.append(f"file name says rank {from_name} but distributedInfo says "
-                            f"{meta_rank}; using {meta_rank}")
+            warnings.append(
+                f"file name says rank {from_name} but distributedInfo says "
+                f"{meta_rank}; using {meta_rank}"
+            )
         return meta_rank, "distributedInfo"
     if rank is not None:
         return rank, "argument"
@@ -540,54 +551,65 @@ def _text_series(name: str, values: list) -> pl.Series:
         return pl.Series(name, [text[v] for v in values], dtype=pl.Utf8)
     except (TypeError, KeyError):  # unhashable (a list where an id belongs) or NaN
         kept = [v if v.__class__ in (str, int, float) else None for v in values]
-        return pl.Series(name, [v if v is None or v.__class__ is str else str(v) for v in kept],
-                         dtype=pl.Utf8)
+        return pl.Series(
+            name, [v if v is None or v.__class__ is str else str(v) for v in kept], dtype=pl.Utf8
+        )
 
 
 def _base_frame(xs: list[_Event], args: list[_Common]) -> pl.DataFrame:
     """Raw columns of the X events, one comprehension each, in file order (column ``i``)."""
-    return pl.DataFrame([
-        pl.Series("i", range(len(xs)), dtype=pl.Int64),
-        _series("cat", [e.cat for e in xs], pl.Utf8),
-        _series("name", [e.name for e in xs], pl.Utf8),
-        _text_series("pid", [e.pid for e in xs]),
-        _text_series("tid", [e.tid for e in xs]),
-        _series("ts", [e.ts for e in xs], pl.Float64),
-        _series("dur", [e.dur for e in xs], pl.Float64),
-        _series("stream_arg", [a.stream for a in args], pl.Int64),
-        _series("correlation", [a.correlation for a in args], pl.Int64),
-        _series("external_id", [a.external_id for a in args], pl.Int64),
-        _series("coll_name", [a.coll_name for a in args], pl.Utf8),
-    ])
+    return pl.DataFrame(
+        [
+            pl.Series("i", range(len(xs)), dtype=pl.Int64),
+            _series("cat", [e.cat for e in xs], pl.Utf8),
+            _series("name", [e.name for e in xs], pl.Utf8),
+            _text_series("pid", [e.pid for e in xs]),
+            _text_series("tid", [e.tid for e in xs]),
+            _series("ts", [e.ts for e in xs], pl.Float64),
+            _series("dur", [e.dur for e in xs], pl.Float64),
+            _series("stream_arg", [a.stream for a in args], pl.Int64),
+            _series("correlation", [a.correlation for a in args], pl.Int64),
+            _series("external_id", [a.external_id for a in args], pl.Int64),
+            _series("coll_name", [a.coll_name for a in args], pl.Utf8),
+        ]
+    )
 
 
 def _params_frame(idx: list[int], args: _FullArgs) -> pl.DataFrame:
     """record_param_comms-style args of the rows that carry a ``Collective name``."""
     sub = [args[i] for i in idx]
-    return pl.DataFrame([
-        pl.Series("i", idx, dtype=pl.Int64),
-        _series("in_nelems", [a.in_nelems for a in sub], pl.Int64),
-        _series("out_nelems", [a.out_nelems for a in sub], pl.Int64),
-        _series("p_dtype", [a.dtype for a in sub], pl.Utf8),
-        _series("p_group_size", [a.group_size for a in sub], pl.Int32),
-        _series("p_group", [a.pg_name for a in sub], pl.Utf8),
-        _series("p_group_ranks", [a.pg_ranks for a in sub], pl.Utf8),
-        _series("src_rank", [a.src_rank for a in sub], pl.Int32),
-        _series("dst_rank", [a.dst_rank for a in sub], pl.Int32),
-    ])
+    return pl.DataFrame(
+        [
+            pl.Series("i", idx, dtype=pl.Int64),
+            _series("in_nelems", [a.in_nelems for a in sub], pl.Int64),
+            _series("out_nelems", [a.out_nelems for a in sub], pl.Int64),
+            _series("p_dtype", [a.dtype for a in sub], pl.Utf8),
+            _series("p_group_size", [a.group_size for a in sub], pl.Int32),
+            _series("p_group", [a.pg_name for a in sub], pl.Utf8),
+            _series("p_group_ranks", [a.pg_ranks for a in sub], pl.Utf8),
+            _series("src_rank", [a.src_rank for a in sub], pl.Int32),
+            _series("dst_rank", [a.dst_rank for a in sub], pl.Int32),
+        ]
+    )
 
 
 def _calls_frame(rows: list[tuple[int, int, str | None]], args: _FullArgs) -> pl.DataFrame:
     """Bytes/dtype/peer of c10d and backend calls, read from their nested Input Dims."""
     sized = [coll.call_bytes(args[i].input_dims, args[i].input_type, k) for i, k, _ in rows]
-    peers = [coll.concrete_int(args[i].concrete, coll.P2P_PEER_ARG)
-             if op in ("send", "recv") and k >= 0 else None for i, k, op in rows]
-    return pl.DataFrame([
-        pl.Series("i", [r[0] for r in rows], dtype=pl.Int64),
-        _series("c_bytes", [s[0] for s in sized], pl.Int64),
-        _series("c_dtype", [s[1] for s in sized], pl.Utf8),
-        _series("c_peer", peers, pl.Int32),
-    ])
+    peers = [
+        coll.concrete_int(args[i].concrete, coll.P2P_PEER_ARG)
+        if op in ("send", "recv") and k >= 0
+        else None
+        for i, k, op in rows
+    ]
+    return pl.DataFrame(
+        [
+            pl.Series("i", [r[0] for r in rows], dtype=pl.Int64),
+            _series("c_bytes", [s[0] for s in sized], pl.Int64),
+            _series("c_dtype", [s[1] for s in sized], pl.Utf8),
+            _series("c_peer", peers, pl.Int32),
+        ]
+    )
 
 
 def _thread_names(threads: pl.DataFrame, raws: list[bytes], path: Path) -> pl.DataFrame:
@@ -596,27 +618,44 @@ def _thread_names(threads: pl.DataFrame, raws: list[bytes], path: Path) -> pl.Da
     ``threads``: pid, tid (text) of the ``thread_name`` metadata events; ``raws``: their args.
     """
     frame = threads.with_columns(
-        _series("thread_name", [_full_args(r, path).name for r in raws], pl.Utf8))
-    return (frame.drop_nulls().group_by("pid", "tid", maintain_order=True)
-            .agg(pl.col("thread_name").unique(maintain_order=True).str.join(" | ")))
+        _series("thread_name", [_full_args(r, path).name for r in raws], pl.Utf8)
+    )
+    return (
+        frame.drop_nulls()
+        .group_by("pid", "tid", maintain_order=True)
+        .agg(pl.col("thread_name").unique(maintain_order=True).str.join(" | "))
+    )
 
 
 def _kind_expr() -> pl.Expr:
     cat, name = pl.col("cat"), pl.col("name")
     return (
         pl.when(cat == "kernel")
-        .then(pl.when(name.str.contains(COMM_KERNEL)).then(pl.lit("communication"))
-              .otherwise(pl.lit("compute")))
-        .when(cat.is_in(["gpu_memcpy", "gpu_memset"])).then(pl.lit("memory"))
-        .when(cat == "cuda_sync").then(pl.lit("sync"))
+        .then(
+            pl.when(name.str.contains(COMM_KERNEL))
+            .then(pl.lit("communication"))
+            .otherwise(pl.lit("compute"))
+        )
+        .when(cat.is_in(["gpu_memcpy", "gpu_memset"]))
+        .then(pl.lit("memory"))
+        .when(cat == "cuda_sync")
+        .then(pl.lit("sync"))
         .when(cat == "cpu_op")
-        .then(pl.when(name.str.contains(COMM_CPU_OP)).then(pl.lit("communication"))
-              .otherwise(pl.lit("compute")))
+        .then(
+            pl.when(name.str.contains(COMM_CPU_OP))
+            .then(pl.lit("communication"))
+            .otherwise(pl.lit("compute"))
+        )
         .when(cat == "user_annotation")
-        .then(pl.when(name.str.starts_with("gloo:")).then(pl.lit("communication"))
-              .otherwise(pl.lit("annotation")))
-        .when(cat == "gpu_user_annotation").then(pl.lit("annotation"))
-        .when(cat.is_in(["cuda_runtime", "cuda_driver"])).then(pl.lit("runtime"))
+        .then(
+            pl.when(name.str.starts_with("gloo:"))
+            .then(pl.lit("communication"))
+            .otherwise(pl.lit("annotation"))
+        )
+        .when(cat == "gpu_user_annotation")
+        .then(pl.lit("annotation"))
+        .when(cat.is_in(["cuda_runtime", "cuda_driver"]))
+        .then(pl.lit("runtime"))
         .otherwise(pl.lit("other"))
     )
 
@@ -625,29 +664,41 @@ def _kind_expr() -> pl.Expr:
 def _class_exprs() -> tuple[list[pl.Expr], ...]:
     """Built once: making these expressions costs more Python time than running them on a
     rank's few hundred distinct names."""
-    return ([_kind_expr().alias("kind")], [coll.family_expr().alias("family")],
-            [coll.op_expr().alias("op")], coll.arg_rule_exprs())
+    return (
+        [_kind_expr().alias("kind")],
+        [coll.family_expr().alias("family")],
+        [coll.op_expr().alias("op")],
+        coll.arg_rule_exprs(),
+    )
 
 
 def _classes(frame: pl.DataFrame) -> pl.DataFrame:
     """kind, and the collective family / op / arg rules, of each distinct (cat, name,
     coll_name): the string rules (regexes) run once per distinct name, not once per event."""
     kind, family, op, rules = _class_exprs()
-    return (frame.lazy().select("cat", "name", "coll_name").unique()
-            .with_columns(kind).with_columns(family).with_columns(op).with_columns(rules)
-            .collect())
+    return (
+        frame.lazy()
+        .select("cat", "name", "coll_name")
+        .unique()
+        .with_columns(kind)
+        .with_columns(family)
+        .with_columns(op)
+        .with_columns(rules)
+        .collect()
+    )
 
 
-def _drop_bad_times(frame: pl.DataFrame, base_ns: int | None,
-                    warnings: list[str]) -> pl.DataFrame:
+def _drop_bad_times(frame: pl.DataFrame, base_ns: int | None, warnings: list[str]) -> pl.DataFrame:
     """Keep rows whose ts/dur are finite numbers, dur >= 0, and whose ns fit in int64."""
     ts, dur = pl.col("ts"), pl.col("dur")
     numeric = (ts.is_finite() & dur.is_finite() & (dur >= 0)).fill_null(False)
     fits = ((ts * 1000 + (base_ns or 0)).abs() + dur * 1000 < _TIME_LIMIT).fill_null(False)
     counts = frame.select(bad=(~numeric).sum(), big=(numeric & ~fits).sum()).row(0)
     if counts[0]:
-        warnings.append(f"dropped {counts[0]} events with missing/negative/NaN durations "
-                        "or non-numeric timestamps")
+        warnings.append(
+            f"dropped {counts[0]} events with missing/negative/NaN durations "
+            "or non-numeric timestamps"
+        )
     if counts[1]:
         warnings.append(f"dropped {counts[1]} events whose times do not fit in 64-bit nanoseconds")
     return frame.filter(numeric & fits) if any(counts) else frame
@@ -657,43 +708,66 @@ def _time_exprs(base_ns: int | None) -> list[pl.Expr]:
     """Exact integer ns: whole microseconds x 1000 plus the rounded fraction."""
     ts, dur = pl.col("ts"), pl.col("dur")
     whole = ts.floor()
-    start = (pl.lit(base_ns or 0, dtype=pl.Int64) + whole.cast(pl.Int64) * 1000
-             + ((ts - whole) * 1000).round().cast(pl.Int64))
-    return [start.alias("start_ns"),
-            (start + (dur * 1000).round().cast(pl.Int64)).alias("end_ns")]
+    start = (
+        pl.lit(base_ns or 0, dtype=pl.Int64)
+        + whole.cast(pl.Int64) * 1000
+        + ((ts - whole) * 1000).round().cast(pl.Int64)
+    )
+    return [start.alias("start_ns"), (start + (dur * 1000).round().cast(pl.Int64)).alias("end_ns")]
 
 
-def _collective_columns(calls: pl.DataFrame, args: _FullArgs, group_size: int | None,
-                        warnings: list[str]) -> pl.DataFrame:
+def _collective_columns(
+    calls: pl.DataFrame, args: _FullArgs, group_size: int | None, warnings: list[str]
+) -> pl.DataFrame:
     """``i`` plus op, bytes, dtype, group, group_size, group_ranks, peer of the collective rows.
 
     ``calls``: the rows that have a family, with :func:`_classes`' columns; everything here
     runs on them alone (see the module docstring for the rules).
     """
     params_idx = calls.filter(pl.col("family") == "params")["i"].to_list()
-    params = (_params_frame(params_idx, args).join(calls.select("i", "op"), on="i", how="left")
-              .with_columns(coll.params_exprs()).drop("op"))
-    sized_rows = (calls.filter(pl.col("op").is_not_null() & pl.col("arg_index").is_not_null()
-                               & (pl.col("op") != "barrier"))
-                  .select("i", "arg_index", "op").rows())
-    calls = (calls.join(params, on="i", how="left")
-             .join(_calls_frame(sized_rows, args), on="i", how="left"))
+    params = (
+        _params_frame(params_idx, args)
+        .join(calls.select("i", "op"), on="i", how="left")
+        .with_columns(coll.params_exprs())
+        .drop("op")
+    )
+    sized_rows = (
+        calls.filter(
+            pl.col("op").is_not_null()
+            & pl.col("arg_index").is_not_null()
+            & (pl.col("op") != "barrier")
+        )
+        .select("i", "arg_index", "op")
+        .rows()
+    )
+    calls = calls.join(params, on="i", how="left").join(
+        _calls_frame(sized_rows, args), on="i", how="left"
+    )
     unknown_n = calls.filter(pl.col("scale_n") & pl.col("c_bytes").is_not_null()).height
     if unknown_n and not group_size:
-        warnings.append(f"bytes left null for {unknown_n} all_gather/reduce_scatter calls: the "
-                        "group size is unknown (pg_config lists groups of several sizes, or none)")
+        warnings.append(
+            f"bytes left null for {unknown_n} all_gather/reduce_scatter calls: the "
+            "group size is unknown (pg_config lists groups of several sizes, or none)"
+        )
     is_call = pl.col("family").is_in(["c10d", "backend"]) & pl.col("op").is_not_null()
     return calls.select(
-        "i", "op",
-        pl.when(pl.col("op") == "barrier").then(pl.lit(0, dtype=pl.Int64))
-        .when(pl.col("family") == "params").then(pl.col("p_bytes"))
+        "i",
+        "op",
+        pl.when(pl.col("op") == "barrier")
+        .then(pl.lit(0, dtype=pl.Int64))
+        .when(pl.col("family") == "params")
+        .then(pl.col("p_bytes"))
         .when(pl.col("scale_n"))
         .then(coll.safe_product(pl.col("c_bytes"), pl.lit(group_size, dtype=pl.Int64)))
-        .otherwise(pl.col("c_bytes")).alias("bytes"),
+        .otherwise(pl.col("c_bytes"))
+        .alias("bytes"),
         pl.coalesce("p_dtype_c", "c_dtype").alias("dtype"),
         pl.col("p_group").alias("group"),
-        pl.when(pl.col("family") == "params").then(pl.col("p_group_size"))
-        .when(is_call).then(pl.lit(group_size, dtype=pl.Int32)).alias("group_size"),
+        pl.when(pl.col("family") == "params")
+        .then(pl.col("p_group_size"))
+        .when(is_call)
+        .then(pl.lit(group_size, dtype=pl.Int32))
+        .alias("group_size"),
         pl.col("p_group_ranks").alias("group_ranks"),
         pl.coalesce("p_peer", "c_peer").alias("peer"),
     )
@@ -706,12 +780,12 @@ def _collective_columns(calls: pl.DataFrame, args: _FullArgs, group_size: int | 
 class _Decoded:
     """One trace as the rest of ingest reads it, from either decoding path."""
 
-    top: _Trace                         # distributedInfo, deviceProperties, ... (no events)
-    xframe: pl.DataFrame                # the X events' raw columns (_base_frame's), file order
-    raw_args: Callable[[int], bytes]    # X event i -> its args JSON (b"" when none)
-    threads: pl.DataFrame               # pid, tid (text) of thread_name metadata events
-    thread_args: list[bytes]            # ... and their args
-    memory_args: list[bytes]            # args of the [memory] instant events
+    top: _Trace  # distributedInfo, deviceProperties, ... (no events)
+    xframe: pl.DataFrame  # the X events' raw columns (_base_frame's), file order
+    raw_args: Callable[[int], bytes]  # X event i -> its args JSON (b"" when none)
+    threads: pl.DataFrame  # pid, tid (text) of thread_name metadata events
+    thread_args: list[bytes]  # ... and their args
+    memory_args: list[bytes]  # args of the [memory] instant events
 
 
 def _decoded_msgspec(data: bytes, path: Path) -> _Decoded:
@@ -721,12 +795,19 @@ def _decoded_msgspec(data: bytes, path: Path) -> _Decoded:
     events = trace.traceEvents
     xs = [e for e in events if e.ph == "X"]
     meta = [e for e in events if e.ph == "M" and e.name == "thread_name" and e.args]
-    threads = pl.DataFrame([_text_series("pid", [e.pid for e in meta]),
-                            _text_series("tid", [e.tid for e in meta])])
+    threads = pl.DataFrame(
+        [_text_series("pid", [e.pid for e in meta]), _text_series("tid", [e.tid for e in meta])]
+    )
     memory = [e.args for e in events if e.ph == "i" and e.name == "[memory]" and e.args]
-    trace.traceEvents = []   # the frames hold what is needed; free the Structs early
-    return _Decoded(trace, _base_frame(xs, _common_args(xs, path)), lambda i: xs[i].args,
-                    threads, [e.args for e in meta], memory)
+    trace.traceEvents = []  # the frames hold what is needed; free the Structs early
+    return _Decoded(
+        trace,
+        _base_frame(xs, _common_args(xs, path)),
+        lambda i: xs[i].args,
+        threads,
+        [e.args for e in meta],
+        memory,
+    )
 
 
 class _ArrowColumns:
@@ -755,7 +836,7 @@ def _decoded_fast(data: bytes, path: Path) -> _Decoded | None:
         return None
     text = pl.Series("text", strings, dtype=pl.Utf8)
 
-    def codes(column: str, *values: str) -> pl.Expr:   # several codes may spell one text
+    def codes(column: str, *values: str) -> pl.Expr:  # several codes may spell one text
         return pl.col(column).is_in([k for k, t in enumerate(strings) if t in values])
 
     def texts(*columns: str) -> list[pl.Expr]:
@@ -764,51 +845,96 @@ def _decoded_fast(data: bytes, path: Path) -> _Decoded | None:
     events = pl.DataFrame(_ArrowColumns(capsules))
     xs = events.filter(codes("ph", "X"))
     xframe = xs.select(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), *texts("cat", "name", "pid", "tid"),
-        "ts", "dur", "stream_arg", "correlation", "external_id", *texts("coll_name"))
-    spans_of_args = xs.select("args_start", "args_end")   # looked up for the few rows that need them
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
+        *texts("cat", "name", "pid", "tid"),
+        "ts",
+        "dur",
+        "stream_arg",
+        "correlation",
+        "external_id",
+        *texts("coll_name"),
+    )
+    spans_of_args = xs.select("args_start", "args_end")  # looked up for the few rows that need them
     with_args = pl.col("args_end") > pl.col("args_start")
     meta = events.filter(codes("ph", "M") & codes("name", "thread_name") & with_args)
     memory = events.filter(codes("ph", "i") & codes("name", "[memory]") & with_args)
     return _Decoded(
-        top, xframe, lambda i: data[slice(*spans_of_args.row(i))], meta.select(texts("pid", "tid")),
+        top,
+        xframe,
+        lambda i: data[slice(*spans_of_args.row(i))],
+        meta.select(texts("pid", "tid")),
         [data[a:b] for a, b in meta.select("args_start", "args_end").iter_rows()],
-        [data[a:b] for a, b in memory.select("args_start", "args_end").iter_rows()])
+        [data[a:b] for a, b in memory.select("args_start", "args_end").iter_rows()],
+    )
 
 
 def _decode_trace(data: bytes, path: Path) -> _Decoded:
     return _decoded_fast(data, path) or _decoded_msgspec(data, path)
 
 
-def _events_frame(decoded: _Decoded, rank: int, base_ns: int | None, group_size: int | None,
-                  warnings: list[str], path: Path) -> pl.DataFrame:
+def _events_frame(
+    decoded: _Decoded,
+    rank: int,
+    base_ns: int | None,
+    group_size: int | None,
+    warnings: list[str],
+    path: Path,
+) -> pl.DataFrame:
     """The events table of one decoded trace, exactly EVENT_SCHEMA."""
     if not decoded.xframe.height:
         warnings.append("no complete (ph 'X') events")
         return empty_events()
     frame = _drop_bad_times(decoded.xframe, base_ns, warnings)
     is_gpu = pl.col("cat").is_in(GPU_CATS)
-    frame = frame.join(_classes(frame), on=["cat", "name", "coll_name"], how="left",
-                       maintain_order="left", nulls_equal=True).with_columns(
+    frame = frame.join(
+        _classes(frame),
+        on=["cat", "name", "coll_name"],
+        how="left",
+        maintain_order="left",
+        nulls_equal=True,
+    ).with_columns(
         *_time_exprs(base_ns),
         pl.when(is_gpu).then(pl.lit("gpu")).otherwise(pl.lit("cpu")).alias("device"),
-        pl.when(is_gpu).then(pl.coalesce("stream_arg", pl.col("tid").cast(pl.Int64, strict=False)))
+        pl.when(is_gpu)
+        .then(pl.coalesce("stream_arg", pl.col("tid").cast(pl.Int64, strict=False)))
         .alias("stream"),
         pl.lit(rank, dtype=pl.Int32).alias("rank"),
     )
     calls = frame.filter(pl.col("family").is_not_null()).select(
-        "i", "cat", "name", "kind", "coll_name", "family", "op", "arg_index", "scale_n")
+        "i", "cat", "name", "kind", "coll_name", "family", "op", "arg_index", "scale_n"
+    )
     collective = _collective_columns(calls, _FullArgs(decoded.raw_args, path), group_size, warnings)
     threads = _thread_names(decoded.threads, decoded.thread_args, path)
-    frame = (frame.join(threads, on=["pid", "tid"], how="left", maintain_order="left")
-             .join(collective, on="i", how="left", maintain_order="left"))
+    frame = frame.join(threads, on=["pid", "tid"], how="left", maintain_order="left").join(
+        collective, on="i", how="left", maintain_order="left"
+    )
     return frame.select([pl.col(c).cast(t) for c, t in EVENT_SCHEMA.items()])
 
 
 #: c10::DeviceType numbers of the [memory] events' "Device Type" -> torch device names
-_DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
-                 8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu",
-                 16: "ve", 17: "lazy", 18: "ipu", 19: "mtia", 20: "privateuseone"}
+_DEVICE_TYPES = {
+    0: "cpu",
+    1: "cuda",
+    2: "mkldnn",
+    3: "opengl",
+    4: "opencl",
+    5: "ideep",
+    6: "hip",
+    7: "fpga",
+    8: "maia",
+    9: "xla",
+    10: "vulkan",
+    11: "metal",
+    12: "xpu",
+    13: "mps",
+    14: "meta",
+    15: "hpu",
+    16: "ve",
+    17: "lazy",
+    18: "ipu",
+    19: "mtia",
+    20: "privateuseone",
+}
 
 
 def memory_peaks(raws: list[bytes], path: Path) -> dict[str, int]:
@@ -822,22 +948,32 @@ def memory_peaks(raws: list[bytes], path: Path) -> dict[str, int]:
     mem = [_full_args(r, path) for r in raws]
     if not mem:
         return {}
-    frame = pl.DataFrame([
-        _series("type", [a.device_type for a in mem], pl.Int64),
-        _series("id", [a.device_id for a in mem], pl.Int64),
-        _series("total", [a.total_allocated for a in mem], pl.Int64),
-    ]).drop_nulls()
+    frame = pl.DataFrame(
+        [
+            _series("type", [a.device_type for a in mem], pl.Int64),
+            _series("id", [a.device_id for a in mem], pl.Int64),
+            _series("total", [a.total_allocated for a in mem], pl.Int64),
+        ]
+    ).drop_nulls()
     name = pl.col("type").replace_strict(_DEVICE_TYPES, default=None, return_dtype=pl.Utf8)
     name = pl.coalesce(name, pl.lit("device") + pl.col("type").cast(pl.Utf8))
-    peaks = frame.group_by("type", "id").agg(pl.col("total").max()).with_columns(
-        pl.when((pl.col("type") == 0) | (pl.col("id") < 0)).then(name)
-        .otherwise(pl.concat_str([name, pl.col("id").cast(pl.Utf8)], separator=":")).alias("device"))
+    peaks = (
+        frame.group_by("type", "id")
+        .agg(pl.col("total").max())
+        .with_columns(
+            pl.when((pl.col("type") == 0) | (pl.col("id") < 0))
+            .then(name)
+            .otherwise(pl.concat_str([name, pl.col("id").cast(pl.Utf8)], separator=":"))
+            .alias("device")
+        )
+    )
     return {d: int(t) for d, t in peaks.select("device", "total").iter_rows()}
 
 
 def _count_steps(frame: pl.DataFrame) -> int:
     steps = frame.filter(pl.col("name").str.starts_with("ProfilerStep#")).filter(
-        (pl.col("device") == "cpu") & pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
+        (pl.col("device") == "cpu") & pl.col("name").str.contains(r"^ProfilerStep#\d+$")
+    )
     return steps["name"].n_unique()
 
 
@@ -855,16 +991,22 @@ def read_trace(path: Path, rank: int | None = None) -> tuple[TraceInfo, pl.DataF
     return _read_decoded(_decode_trace(_read_bytes(path), path), path, rank)
 
 
-def _read_decoded(decoded: _Decoded, path: Path, rank: int | None) -> tuple[TraceInfo, pl.DataFrame]:
+def _read_decoded(
+    decoded: _Decoded, path: Path, rank: int | None
+) -> tuple[TraceInfo, pl.DataFrame]:
     warnings: list[str] = []
     meta = _meta(decoded.top, warnings)
     chosen, source = _choose_rank(path, meta.pop("rank"), rank, warnings)
     group_size = uniform_group_size(meta["pg_config"])
     frame = _events_frame(decoded, chosen, meta["base_ns"], group_size, warnings, path)
     info = TraceInfo(
-        path=path, rank=chosen, rank_source=source, **meta,
+        path=path,
+        rank=chosen,
+        rank_source=source,
+        **meta,
         has_gpu=bool(frame["cat"].is_in(["kernel", "gpu_memcpy", "gpu_memset"]).any()),
-        profiler_steps=_count_steps(frame), warnings=tuple(warnings),
+        profiler_steps=_count_steps(frame),
+        warnings=tuple(warnings),
         memory_peak_bytes=memory_peaks(decoded.memory_args, path),
     )
     return info, frame
@@ -882,18 +1024,18 @@ def _object_at(text: bytes, start: int) -> bytes | None:
         if in_str:
             if esc:
                 esc = False
-            elif c == 0x5C:      # backslash
+            elif c == 0x5C:  # backslash
                 esc = True
-            elif c == 0x22:      # quote
+            elif c == 0x22:  # quote
                 in_str = False
         elif c == 0x22:
             in_str = True
-        elif c == 0x7B:          # {
+        elif c == 0x7B:  # {
             depth += 1
-        elif c == 0x7D:          # }
+        elif c == 0x7D:  # }
             depth -= 1
             if depth == 0:
-                return text[start:i + 1]
+                return text[start : i + 1]
     return None
 
 
@@ -907,7 +1049,7 @@ def peek_distributed_info(path: Path, head_bytes: int = _HEAD_BYTES) -> dict | N
     try:
         with open(path, "rb") as f:
             head = f.read(head_bytes)
-            if head[:2] == b"\x1f\x8b":   # gzip: inflate until head_bytes of JSON are out
+            if head[:2] == b"\x1f\x8b":  # gzip: inflate until head_bytes of JSON are out
                 inflate = zlib.decompressobj(wbits=31)
                 out = inflate.decompress(head, head_bytes)
                 while len(out) < head_bytes and not inflate.eof:
@@ -922,7 +1064,7 @@ def peek_distributed_info(path: Path, head_bytes: int = _HEAD_BYTES) -> dict | N
     if at < 0:
         return None
     brace = head.find(b"{", at + len(_DIST_KEY))
-    if brace < 0 or head[at + len(_DIST_KEY):brace].strip(b" \t\r\n:") != b"":
+    if brace < 0 or head[at + len(_DIST_KEY) : brace].strip(b" \t\r\n:") != b"":
         return None
     obj = _object_at(head, brace)
     try:
@@ -944,15 +1086,17 @@ def encode_info(info: TraceInfo) -> bytes:
 
 
 def decode_info(data: bytes) -> TraceInfo:
-    return msgspec.json.decode(data, type=TraceInfo,
-                               dec_hook=lambda typ, obj: Path(obj) if typ is Path else obj)
+    return msgspec.json.decode(
+        data, type=TraceInfo, dec_hook=lambda typ, obj: Path(obj) if typ is Path else obj
+    )
 
 
 _encode_info, _decode_info = encode_info, decode_info
 
 
-def _parse_one(path: Path, cache_dir: Path | None, store: bool,
-               writer: Any = None) -> tuple[TraceInfo, pl.DataFrame]:
+def _parse_one(
+    path: Path, cache_dir: Path | None, store: bool, writer: Any = None
+) -> tuple[TraceInfo, pl.DataFrame]:
     """read_trace, then (``store``) its cache entry, keyed by the file as it was before reading.
 
     ``writer`` (a one-thread executor) writes the entry in the background: polars encodes
@@ -988,7 +1132,9 @@ def _work(path: str, cache_dir: str | None = None, store: bool = False) -> tuple
 
 
 def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
 def _idle_cpus() -> int:
@@ -998,7 +1144,7 @@ def _idle_cpus() -> int:
     one still carries whatever ran just before (a previous command) for a minute after it ended.
     """
     try:
-        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1   # not us
+        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1  # not us
     except (OSError, ValueError, IndexError):
         try:
             running = int(os.getloadavg()[0] + 0.5)
@@ -1034,8 +1180,13 @@ def _spawn_can_start() -> bool:
     return main_path is None or os.path.isfile(main_path)
 
 
-def _parse_here(paths: list[Path], threads: int, cache_dir: Path | None, store: bool,
-                writer: Executor | None = None) -> list[tuple[TraceInfo, pl.DataFrame]]:
+def _parse_here(
+    paths: list[Path],
+    threads: int,
+    cache_dir: Path | None,
+    store: bool,
+    writer: Executor | None = None,
+) -> list[tuple[TraceInfo, pl.DataFrame]]:
     """Parse in this process, ``threads`` files at a time.
 
     Threads pay off because the heavy parts release the GIL: gunzip, the C scan and polars.
@@ -1047,13 +1198,21 @@ def _parse_here(paths: list[Path], threads: int, cache_dir: Path | None, store: 
     with ExitStack() as stack:
         if store and writer is None:
             writer = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache"))
-        pool = stack.enter_context(ThreadPoolExecutor(max(threads, 1), thread_name_prefix="tracekit-parse"))
-        return list(pool.map(lambda p: _parse_one(p, cache_dir, store, writer if store else None),
-                             paths))
+        pool = stack.enter_context(
+            ThreadPoolExecutor(max(threads, 1), thread_name_prefix="tracekit-parse")
+        )
+        return list(
+            pool.map(lambda p: _parse_one(p, cache_dir, store, writer if store else None), paths)
+        )
 
 
-def _parse_all(paths: list[Path], workers: int, cache_dir: Path | None = None,
-               store: bool = False, writer: Executor | None = None) -> list[tuple[TraceInfo, pl.DataFrame]]:
+def _parse_all(
+    paths: list[Path],
+    workers: int,
+    cache_dir: Path | None = None,
+    store: bool = False,
+    writer: Executor | None = None,
+) -> list[tuple[TraceInfo, pl.DataFrame]]:
     """Parse each file in a spawned worker (fork is unsafe once polars' threads run).
 
     Results are collected as they come (``imap``-style, one file per task), so the parent
@@ -1067,16 +1226,20 @@ def _parse_all(paths: list[Path], workers: int, cache_dir: Path | None = None,
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             n = len(paths)
-            for status, first, second in pool.map(_work, [str(p) for p in paths],
-                                                   [str(cache_dir) if cache_dir else None] * n,
-                                                   [store] * n):
+            for status, first, second in pool.map(
+                _work,
+                [str(p) for p in paths],
+                [str(cache_dir) if cache_dir else None] * n,
+                [store] * n,
+            ):
                 if status == "error":
                     raise TracekitError(first.decode(), second.decode() or None)
                 out.append((decode_info(first), pl.read_ipc(second)))
     except BrokenProcessPool:
         raise TracekitError(
             "a worker process died while reading traces (out of memory, or a script that calls "
-            "tracekit without an `if __name__ == '__main__':` guard); try workers=1") from None
+            "tracekit without an `if __name__ == '__main__':` guard); try workers=1"
+        ) from None
     return out
 
 
@@ -1085,13 +1248,21 @@ def _check_ranks(infos: list[TraceInfo]) -> None:
     out by tracekit.ingest.foreign (profiling cycles, clashes, mixed jobs)."""
     for info in infos:
         if len(infos) > 1 and info.rank_source == "default":
-            raise TracekitError("no rank in distributedInfo or file name, and several trace "
-                                "files were given: name it rank<N>", info.path)
+            raise TracekitError(
+                "no rank in distributedInfo or file name, and several trace "
+                "files were given: name it rank<N>",
+                info.path,
+            )
 
 
-def read_traces(paths: Sequence[Path], workers: int | None = None, *,
-                cache: bool | None = False, cache_dir: Path | None = None,
-                cache_writer: Executor | None = None) -> tuple[list[TraceInfo], pl.DataFrame]:
+def read_traces(
+    paths: Sequence[Path],
+    workers: int | None = None,
+    *,
+    cache: bool | None = False,
+    cache_dir: Path | None = None,
+    cache_writer: Executor | None = None,
+) -> tuple[list[TraceInfo], pl.DataFrame]:
     """Read several ranks' traces in parallel: infos sorted by rank, one events frame.
 
     ``workers``: worker processes, one file per task; default one per file up to the usable
@@ -1120,12 +1291,13 @@ def read_traces(paths: Sequence[Path], workers: int | None = None, *,
     if todo:
         if workers is None:
             workers = _default_workers(todo)
-        parsed_now = _parse_all(todo, min(workers, len(todo)), cache_dir, store=cache is True,
-                                writer=cache_writer)
+        parsed_now = _parse_all(
+            todo, min(workers, len(todo)), cache_dir, store=cache is True, writer=cache_writer
+        )
         hits.update(zip(todo, parsed_now))
     parsed = [hits[p] for p in paths]
     _check_ranks([info for info, _ in parsed])
-    from tracekit.ingest.foreign import select_traces   # imports this module
+    from tracekit.ingest.foreign import select_traces  # imports this module
 
     parsed = select_traces(parsed)
     parsed.sort(key=lambda pair: pair[0].rank)

@@ -41,14 +41,16 @@ every line costs a few byte searches, and only lines holding a keyword of intere
 prefix regex and one message regex, so the parse is linear in the input. Lines that are not
 UTF-8 are skipped and counted; so are "lines" over 4 MiB (binary garbage).
 """
+
 from __future__ import annotations
 
 import gzip
 import re
 import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any
 
 import polars as pl
 
@@ -65,48 +67,118 @@ _NOT_LOGS = (".json", ".json.gz", ".pkl", ".pickle", ".pt", ".parquet", ".npz")
 # damaged line holds still fits an Int64 column; a line with a longer number does not match.
 _PREFIX = re.compile(
     r"(?:^|(?<=[\s:>\]]))(?:(?P<host>[^\s:\[\]<>]+):(?P<pid>\d{1,18}):(?P<tid>\d+) )?"
-    r"\[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?P<level>INFO|WARN|TRACE) ")
+    r"\[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?P<level>INFO|WARN|TRACE) "
+)
 _SRCLOC = re.compile(r"^[\w./-]+\.(?:cc|cu|cpp|c|h|hpp):\d+ ")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 _COMM = re.compile(r"\bcomm (0x[0-9a-fA-F]+) rank (\d{1,9}) n[Rr]anks (\d{1,9})\b(.*)$")
 _COMM_KV = re.compile(
-    r"\b(nNodes|localRanks|localRank|cudaDev|nvmlDev|busId|commId) (0x[0-9a-fA-F]+|[0-9a-fA-F]+)\b")
+    r"\b(nNodes|localRanks|localRank|cudaDev|nvmlDev|busId|commId) (0x[0-9a-fA-F]+|[0-9a-fA-F]+)\b"
+)
 _RING = re.compile(r"^Channel (\d{1,9})/(\d{1,9}) :((?: +\d{1,9})*) *$")
 _RING_LINK = re.compile(r"^Ring (\d{1,9}) : (-?\d{1,9}) -> (\d{1,9}) -> (-?\d{1,9}) *$")
 _TRANSPORT = re.compile(
     r"^(?:Channel|Ring) (\d{1,9})(?:/\d+)? : (\d{1,9})(?:\[[0-9a-fA-F]+\])? -> (\d{1,9})"
-    r"(?:\[[0-9a-fA-F]+\])?(?: \[(send|receive)\])? via (.+?) *$")
+    r"(?:\[[0-9a-fA-F]+\])?(?: \[(send|receive)\])? via (.+?) *$"
+)
 _TREE_ITEM = re.compile(
-    r"\[(\d{1,9})\] ?(-?\d{1,9}(?:/-?\d{1,9})*)->(-?\d{1,9})->(-?\d{1,9}(?:/-?\d{1,9})*)")
+    r"\[(\d{1,9})\] ?(-?\d{1,9}(?:/-?\d{1,9})*)->(-?\d{1,9})->(-?\d{1,9}(?:/-?\d{1,9})*)"
+)
 _TREE_LINE = re.compile(
-    r"^Tree (\d{1,9}) : (-?\d{1,9}) -> (-?\d{1,9}) -> ?(-?\d{1,9}(?:/-?\d{1,9})*) *$")
+    r"^Tree (\d{1,9}) : (-?\d{1,9}) -> (-?\d{1,9}) -> ?(-?\d{1,9}(?:/-?\d{1,9})*) *$"
+)
 _TUNING = re.compile(
     r"^(?:(?P<op>[A-Za-z]+):\s+)?(?P<bytes>\d{1,18}) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
     r"(?: time (?P<time>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?))?"
     r"(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d{1,9})\.\.(?P<hi>\d{1,9})\})?"
-    r"(?: comm (?P<comm>0x[0-9a-fA-F]+))?")
+    r"(?: comm (?P<comm>0x[0-9a-fA-F]+))?"
+)
 
 # NCCL's enums as printed by 2.19-2.21 tuning lines (include/nccl_common.h).
 _ALGOS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
 _PROTOS = ("LL", "LL128", "SIMPLE")
-_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-        "Broadcast": "broadcast", "Reduce": "reduce", "AllToAll": "all_to_all", "Send": "send",
-        "Recv": "recv"}
+_OPS = {
+    "AllReduce": "all_reduce",
+    "AllGather": "all_gather",
+    "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast",
+    "Reduce": "reduce",
+    "AllToAll": "all_to_all",
+    "Send": "send",
+    "Recv": "recv",
+}
 
 S, I, F = pl.Utf8, pl.Int64, pl.Float64
-COMMS_SCHEMA = {"comm_id": S, "host": S, "pid": I, "rank": I, "nranks": I, "nnodes": I,
-                "local_rank": I, "local_ranks": I, "cuda_dev": I, "nvml_dev": I, "bus_id": S,
-                "unique_id": S, "file": S}
-RINGS_SCHEMA = {"comm_id": S, "host": S, "pid": I, "channel": I, "nchannels": I,
-                "order": pl.List(I), "nranks": I, "complete": pl.Boolean}
-RING_LINKS_SCHEMA = {"comm_id": S, "host": S, "pid": I, "channel": I, "rank": I, "prev": I,
-                     "next": I, "nranks": I}
-TREES_SCHEMA = {"comm_id": S, "host": S, "pid": I, "channel": I, "rank": I, "up": I,
-                "down": pl.List(I), "nranks": I}
-TUNING_SCHEMA = {"host": S, "pid": I, "comm_id": S, "op": S, "nccl_op": S, "bytes": I, "algo": S,
-                 "proto": S, "time_us": F, "channel_lo": I, "channel_hi": I}
-TRANSPORTS_SCHEMA = {"comm_id": S, "host": S, "pid": I, "channel": I, "src_rank": I,
-                     "dst_rank": I, "direction": S, "via": S, "transport": S, "nranks": I}
+COMMS_SCHEMA = {
+    "comm_id": S,
+    "host": S,
+    "pid": I,
+    "rank": I,
+    "nranks": I,
+    "nnodes": I,
+    "local_rank": I,
+    "local_ranks": I,
+    "cuda_dev": I,
+    "nvml_dev": I,
+    "bus_id": S,
+    "unique_id": S,
+    "file": S,
+}
+RINGS_SCHEMA = {
+    "comm_id": S,
+    "host": S,
+    "pid": I,
+    "channel": I,
+    "nchannels": I,
+    "order": pl.List(I),
+    "nranks": I,
+    "complete": pl.Boolean,
+}
+RING_LINKS_SCHEMA = {
+    "comm_id": S,
+    "host": S,
+    "pid": I,
+    "channel": I,
+    "rank": I,
+    "prev": I,
+    "next": I,
+    "nranks": I,
+}
+TREES_SCHEMA = {
+    "comm_id": S,
+    "host": S,
+    "pid": I,
+    "channel": I,
+    "rank": I,
+    "up": I,
+    "down": pl.List(I),
+    "nranks": I,
+}
+TUNING_SCHEMA = {
+    "host": S,
+    "pid": I,
+    "comm_id": S,
+    "op": S,
+    "nccl_op": S,
+    "bytes": I,
+    "algo": S,
+    "proto": S,
+    "time_us": F,
+    "channel_lo": I,
+    "channel_hi": I,
+}
+TRANSPORTS_SCHEMA = {
+    "comm_id": S,
+    "host": S,
+    "pid": I,
+    "channel": I,
+    "src_rank": I,
+    "dst_rank": I,
+    "direction": S,
+    "via": S,
+    "transport": S,
+    "nranks": I,
+}
 
 
 @dataclass(frozen=True)
@@ -155,13 +227,14 @@ class _Parser:
         self.rings = _Table(("host", "pid", "channel", "nchannels", "order"))
         self.links = _Table(("host", "pid", "channel", "rank", "prev", "next"))
         self.trees = _Table(("host", "pid", "channel", "rank", "up", "down"))
-        self.transports = _Table(("host", "pid", "channel", "src_rank", "dst_rank", "direction",
-                                  "via", "transport"))
+        self.transports = _Table(
+            ("host", "pid", "channel", "src_rank", "dst_rank", "direction", "via", "transport")
+        )
         self.tuning: list[dict[str, Any]] = []
         self.tree_seen: set[tuple] = set()
-        self.open: dict[tuple, tuple] = {}       # thread -> comm key being initialised
-        self.pending: dict[tuple, list] = {}     # thread -> (table, row) awaiting Init COMPLETE
-        self.strings: dict[str, str] = {}        # one copy of each host name / transport text
+        self.open: dict[tuple, tuple] = {}  # thread -> comm key being initialised
+        self.pending: dict[tuple, list] = {}  # thread -> (table, row) awaiting Init COMPLETE
+        self.strings: dict[str, str] = {}  # one copy of each host name / transport text
         self.versions: list[str] = []
         self.nccl_warns: list[str] = []
         self.n_warn = 0
@@ -183,7 +256,7 @@ class _Parser:
         if host is not None:
             host = self.strings.setdefault(host, host)
         thread = (file_idx, host, pid, m.group("tid") if host else m.group("dev"))
-        msg = text[m.end():].rstrip()
+        msg = text[m.end() :].rstrip()
         if m.group("level") == "WARN":
             self.n_warn += 1
             if len(self.nccl_warns) < 3:
@@ -191,11 +264,12 @@ class _Parser:
             return
         srcloc = _SRCLOC.match(msg)
         if srcloc:
-            msg = msg[srcloc.end():]
+            msg = msg[srcloc.end() :]
         self._dispatch(msg, host, int(pid) if pid is not None else None, thread, file_name)
 
-    def _dispatch(self, msg: str, host: str | None, pid: int | None, thread: tuple,
-                  file_name: str) -> None:
+    def _dispatch(
+        self, msg: str, host: str | None, pid: int | None, thread: tuple, file_name: str
+    ) -> None:
         if msg.startswith("Channel "):
             self._channel(msg, host, pid, thread)
         elif msg.startswith("Ring "):
@@ -210,16 +284,25 @@ class _Parser:
             self._comm(msg, host, pid, thread, file_name)
 
     # -- communicators ----------------------------------------------------------------------
-    def _comm(self, msg: str, host: str | None, pid: int | None, thread: tuple,
-              file_name: str) -> None:
+    def _comm(
+        self, msg: str, host: str | None, pid: int | None, thread: tuple, file_name: str
+    ) -> None:
         m = _COMM.search(msg)
         if m is None:
             return
         comm_id, rest = m.group(1), m.group(4)
         key = (host, pid, comm_id)
-        row = self.comms.setdefault(key, {
-            "comm_id": comm_id, "host": host, "pid": pid, "rank": int(m.group(2)),
-            "nranks": int(m.group(3)), "file": file_name})
+        row = self.comms.setdefault(
+            key,
+            {
+                "comm_id": comm_id,
+                "host": host,
+                "pid": pid,
+                "rank": int(m.group(2)),
+                "nranks": int(m.group(3)),
+                "file": file_name,
+            },
+        )
         for name, value in _COMM_KV.findall(rest):
             _set_comm_field(row, name, value)
         if "Destroy" in rest:
@@ -253,8 +336,11 @@ class _Parser:
         if m is None:
             self._transport(msg, host, pid, thread)
             return
-        self._add(self.links, thread, (host, pid, int(m.group(1)), int(m.group(3)),
-                                       int(m.group(2)), int(m.group(4))))
+        self._add(
+            self.links,
+            thread,
+            (host, pid, int(m.group(1)), int(m.group(3)), int(m.group(2)), int(m.group(4))),
+        )
 
     def _transport(self, msg: str, host: str | None, pid: int | None, thread: tuple) -> None:
         m = _TRANSPORT.match(msg)
@@ -262,29 +348,54 @@ class _Parser:
             return
         via = self.strings.setdefault(m.group(5), m.group(5))
         direction = m.group(4)
-        self._add(self.transports, thread, (
-            host, pid, int(m.group(1)), int(m.group(2)), int(m.group(3)),
-            self.strings.setdefault(direction, direction) if direction else None, via,
-            self.strings.setdefault(via.split("/", 1)[0], via.split("/", 1)[0])))
+        self._add(
+            self.transports,
+            thread,
+            (
+                host,
+                pid,
+                int(m.group(1)),
+                int(m.group(2)),
+                int(m.group(3)),
+                self.strings.setdefault(direction, direction) if direction else None,
+                via,
+                self.strings.setdefault(via.split("/", 1)[0], via.split("/", 1)[0]),
+            ),
+        )
 
     # -- trees ------------------------------------------------------------------------------
     def _trees(self, msg: str, host: str | None, pid: int | None, thread: tuple) -> None:
         for m in _TREE_ITEM.finditer(msg):
             left, me, right = m.group(2), int(m.group(3)), m.group(4)
-            if "/" in right and "/" not in left:      # 2.4-2.6: up->me->down0/down1/down2
+            if "/" in right and "/" not in left:  # 2.4-2.6: up->me->down0/down1/down2
                 up, down = int(left), _ranks(right)
-            else:                                     # down0/down1/down2->me->up
+            else:  # down0/down1/down2->me->up
                 up, down = int(right), _ranks(left)
             self._tree_row(host, pid, thread, int(m.group(1)), me, up, down)
 
     def _tree_line(self, msg: str, host: str | None, pid: int | None, thread: tuple) -> None:
         m = _TREE_LINE.match(msg)
-        if m is not None:                             # Tree c : up -> me -> downs
-            self._tree_row(host, pid, thread, int(m.group(1)), int(m.group(3)),
-                           int(m.group(2)), _ranks(m.group(4)))
+        if m is not None:  # Tree c : up -> me -> downs
+            self._tree_row(
+                host,
+                pid,
+                thread,
+                int(m.group(1)),
+                int(m.group(3)),
+                int(m.group(2)),
+                _ranks(m.group(4)),
+            )
 
-    def _tree_row(self, host: str | None, pid: int | None, thread: tuple, channel: int,
-                  me: int, up: int, down: list[int]) -> None:
+    def _tree_row(
+        self,
+        host: str | None,
+        pid: int | None,
+        thread: tuple,
+        channel: int,
+        me: int,
+        up: int,
+        down: list[int],
+    ) -> None:
         seen = (thread, self.open.get(thread), channel, me)
         if seen in self.tree_seen:
             return
@@ -297,13 +408,21 @@ class _Parser:
         if m is None:
             return
         op, time = m.group("op"), m.group("time")
-        self.tuning.append({
-            "host": host, "pid": pid, "comm_id": m.group("comm"), "nccl_op": op,
-            "op": _OPS.get(op, _snake(op)) if op else None, "bytes": int(m.group("bytes")),
-            "algo": _enum_name(m.group("algo"), _ALGOS),
-            "proto": _enum_name(m.group("proto"), _PROTOS),
-            "time_us": float(time) if time else None,
-            "channel_lo": _int_or_none(m.group("lo")), "channel_hi": _int_or_none(m.group("hi"))})
+        self.tuning.append(
+            {
+                "host": host,
+                "pid": pid,
+                "comm_id": m.group("comm"),
+                "nccl_op": op,
+                "op": _OPS.get(op, _snake(op)) if op else None,
+                "bytes": int(m.group("bytes")),
+                "algo": _enum_name(m.group("algo"), _ALGOS),
+                "proto": _enum_name(m.group("proto"), _PROTOS),
+                "time_us": float(time) if time else None,
+                "channel_lo": _int_or_none(m.group("lo")),
+                "channel_hi": _int_or_none(m.group("hi")),
+            }
+        )
 
     # -- results ----------------------------------------------------------------------------
     def result(self, files: list[str], warnings: list[str]) -> NcclLog:
@@ -313,12 +432,16 @@ class _Parser:
             rings = rings.with_columns(complete=_complete_expr())
             self.truncated_rings = int((~rings["complete"]).sum())
         return NcclLog(
-            files=tuple(files), version=self.versions[0] if self.versions else None, comms=comms,
-            rings=rings, trees=self.trees.frame(self.comms, TREES_SCHEMA),
+            files=tuple(files),
+            version=self.versions[0] if self.versions else None,
+            comms=comms,
+            rings=rings,
+            trees=self.trees.frame(self.comms, TREES_SCHEMA),
             tuning=pl.DataFrame(self.tuning, schema=TUNING_SCHEMA),
             transports=self.transports.frame(self.comms, TRANSPORTS_SCHEMA),
             warnings=tuple(warnings + self._warnings(comms)),
-            ring_links=self.links.frame(self.comms, RING_LINKS_SCHEMA))
+            ring_links=self.links.frame(self.comms, RING_LINKS_SCHEMA),
+        )
 
     def _warnings(self, comms: pl.DataFrame) -> list[str]:
         out = []
@@ -329,11 +452,15 @@ class _Parser:
         if len(self.versions) > 1:
             out.append(f"several NCCL versions in one run: {', '.join(self.versions)}")
         if self.truncated_rings:
-            out.append(f"{self.truncated_rings} 'Channel xx/yy : ...' ring lines are incomplete "
-                       "(NCCL cuts long lines): their order is not used")
+            out.append(
+                f"{self.truncated_rings} 'Channel xx/yy : ...' ring lines are incomplete "
+                "(NCCL cuts long lines): their order is not used"
+            )
         if comms.height == 0:
-            out.append("no communicator lines ('comm 0x.. rank .. nranks ..'): rank layout "
-                       "unknown; log with NCCL_DEBUG_SUBSYS including INIT")
+            out.append(
+                "no communicator lines ('comm 0x.. rank .. nranks ..'): rank layout "
+                "unknown; log with NCCL_DEBUG_SUBSYS including INIT"
+            )
         if self.n_warn:
             out.append(f"{self.n_warn} NCCL WARN lines, first: {self.nccl_warns[0]}")
         return out
@@ -355,9 +482,15 @@ def _last_prefix(text: str) -> re.Match[str] | None:
 
 
 def _set_comm_field(row: dict[str, Any], name: str, value: str) -> None:
-    column = {"nNodes": "nnodes", "localRanks": "local_ranks", "localRank": "local_rank",
-              "cudaDev": "cuda_dev", "nvmlDev": "nvml_dev", "busId": "bus_id",
-              "commId": "unique_id"}[name]
+    column = {
+        "nNodes": "nnodes",
+        "localRanks": "local_ranks",
+        "localRank": "local_rank",
+        "cudaDev": "cuda_dev",
+        "nvmlDev": "nvml_dev",
+        "busId": "bus_id",
+        "commId": "unique_id",
+    }[name]
     if column in ("bus_id", "unique_id"):
         row[column] = value
     elif value.isdigit() and len(value) <= 9:
@@ -386,8 +519,12 @@ def _complete_expr() -> pl.Expr:
     """A ring line is complete when it lists every rank 0..n-1 once (n = nranks when known)."""
     order = pl.col("order")
     n = pl.coalesce(pl.col("nranks"), order.list.len())
-    return ((order.list.len() == n) & (order.list.n_unique() == n)
-            & (order.list.max() == n - 1) & (order.list.min() == 0)).fill_null(False)
+    return (
+        (order.list.len() == n)
+        & (order.list.n_unique() == n)
+        & (order.list.max() == n - 1)
+        & (order.list.min() == 0)
+    ).fill_null(False)
 
 
 # -- files --------------------------------------------------------------------------------------
@@ -439,8 +576,11 @@ def _parse_file(path: Path, idx: int, parser: _Parser) -> int:
 
 def _log_files(paths_or_dir: Path | Sequence[Path]) -> tuple[list[Path], Path | None]:
     """The log files named: a file, a folder (run folders: their nccl/), or a list of either."""
-    items = [Path(paths_or_dir)] if isinstance(paths_or_dir, (str, Path)) else [
-        Path(p) for p in paths_or_dir]
+    items = (
+        [Path(paths_or_dir)]
+        if isinstance(paths_or_dir, (str, Path))
+        else [Path(p) for p in paths_or_dir]
+    )
     files: list[Path] = []
     folder = items[0] if len(items) == 1 and items[0].is_dir() else None
     for item in items:
@@ -477,7 +617,8 @@ def read_nccl_logs(paths_or_dir: Path | Sequence[Path]) -> NcclLog:
         what = f" ({parser.bad_lines} lines were not text)" if parser.bad_lines else ""
         raise TracekitError(
             f"no NCCL log lines ('host:pid:tid [dev] NCCL INFO ...') found{what}",
-            files[0] if len(files) == 1 else folder or files[0])
+            files[0] if len(files) == 1 else folder or files[0],
+        )
     return parser.result([str(p) for p in files], warnings)
 
 
@@ -522,7 +663,7 @@ def rank_layout(log: NcclLog) -> dict[int, dict]:
         else:
             node = r["rank"] // local_ranks
         local = r["local_rank"]
-        if local is None and every_rank:      # position among the node's ranks, in rank order
+        if local is None and every_rank:  # position among the node's ranks, in rank order
             local = count_on_node.get(node, 0)
         count_on_node[node] = count_on_node.get(node, 0) + 1
         layout[r["rank"]] = {"host": r["host"], "node": node, "local_rank": local}
@@ -555,8 +696,9 @@ def ring_order(log: NcclLog, nranks: int | None = None) -> list[int] | None:
 
 def _ring_from_links(links: pl.DataFrame, n: int) -> list[int] | None:
     """Follow rank -> next around channel 0 when every rank 0..n-1 logged its link."""
-    ch0 = links.filter((pl.col("channel") == 0)
-                       & (pl.col("nranks").is_null() | (pl.col("nranks") == n)))
+    ch0 = links.filter(
+        (pl.col("channel") == 0) & (pl.col("nranks").is_null() | (pl.col("nranks") == n))
+    )
     nxt = {r: x for r, x in zip(ch0["rank"].to_list(), ch0["next"].to_list())}
     if set(nxt) != set(range(n)):
         return None

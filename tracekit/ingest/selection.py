@@ -11,11 +11,12 @@ ranks sorted),
 so the overview sees both ends of every pipeline and both edges of the node layout. Every
 number then covers the sampled ranks only, and the summary says so (``sampling``, warnings).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from tracekit.ingest.foreign import ranges
 from tracekit.ingest.kineto import peek_rank
@@ -24,17 +25,21 @@ from tracekit.runfolder import rank_from_filename
 
 @dataclass
 class Selection:
-    files: list[Path]                       # to read
-    unknown: list[Path] = field(default_factory=list)   # rank unknown before parsing (in files)
-    sampled: list[int] | None = None        # the sampled ranks, when --sample chose
-    ranks_present: int = 0                  # distinct ranks known before parsing
+    files: list[Path]  # to read
+    unknown: list[Path] = field(default_factory=list)  # rank unknown before parsing (in files)
+    sampled: list[int] | None = None  # the sampled ranks, when --sample chose
+    ranks_present: int = 0  # distinct ranks known before parsing
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> dict | None:
         if self.sampled is None:
             return None
-        return {"ranks_present": self.ranks_present, "ranks_analysed": len(self.sampled),
-                "ranks": self.sampled, "method": "evenly spaced over the ranks present, first and last included"}
+        return {
+            "ranks_present": self.ranks_present,
+            "ranks_analysed": len(self.sampled),
+            "ranks": self.sampled,
+            "method": "evenly spaced over the ranks present, first and last included",
+        }
 
 
 def file_rank(path: Path, cache_dir: Path | None = None) -> int | None:
@@ -47,7 +52,9 @@ def file_rank(path: Path, cache_dir: Path | None = None) -> int | None:
     found = cache.lookup(path, cache_dir)
     if found is not None:
         info = found[1].get("info") or {}
-        if info.get("rank_source") in ("distributedInfo", "filename") and isinstance(info.get("rank"), int):
+        if info.get("rank_source") in ("distributedInfo", "filename") and isinstance(
+            info.get("rank"), int
+        ):
             return info["rank"]
     return rank_from_filename(path.name)
 
@@ -60,11 +67,15 @@ def spread(ranks: Sequence[int], n: int) -> list[int]:
     if n == 1:
         return ranks[:1]
     m = len(ranks)
-    return sorted({ranks[int(k * (m - 1) / (n - 1) + 0.5)] for k in range(n)})   # half up
+    return sorted({ranks[int(k * (m - 1) / (n - 1) + 0.5)] for k in range(n)})  # half up
 
 
-def select(files: Sequence[Path], ranks: Sequence[int] | None = None, sample: int | None = None,
-           cache_dir: Path | None = None) -> Selection:
+def select(
+    files: Sequence[Path],
+    ranks: Sequence[int] | None = None,
+    sample: int | None = None,
+    cache_dir: Path | None = None,
+) -> Selection:
     """The files to read for ``ranks`` (a subset) and/or ``sample`` (N ranks spread out)."""
     files = list(files)
     if not ranks and not sample:
@@ -86,11 +97,13 @@ def select(files: Sequence[Path], ranks: Sequence[int] | None = None, sample: in
         scope = f"of the {len(present)} ranks asked for" if ranks else f"of {len(present)} ranks"
         sel.warnings.append(
             f"sampled overview: {len(chosen)} {scope} analysed (ranks {ranges(chosen)}); every "
-            "number covers these ranks only")
+            "number covers these ranks only"
+        )
         if unknown:
             sel.warnings.append(
                 f"{len(unknown)} trace files say their rank only inside (no distributedInfo in their "
-                "head, no rank<N> in their name): left out of the sample")
+                "head, no rank<N> in their name): left out of the sample"
+            )
             unknown = []
         wanted = set(chosen)
     sel.files = [f for f in files if known.get(f) in wanted] + unknown
