@@ -1,6 +1,6 @@
 """Benchmark inputs: real Kineto traces replicated into 8-rank jobs.
 
-- ``replicated``: 8 copies of ../shared/data/hta/nccl_parser_config/nccl_data.json.gz (a real
+- ``replicated``: 8 copies of tests/data/corpus/hta/nccl_parser_config/nccl_data.json.gz (a real
   2-rank A100/NCCL trace, rank 0: 9.8 MB of JSON, 40,573 events), ranks renumbered 0..7
   (``distributedInfo.rank``, ``world_size``, ``pg_config`` and the file name ``rank<R>.json.gz``).
 - ``large``: the same, each rank's events repeated ``copies`` times one after another in time
@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE.parent.parent / "shared" / "data" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+SOURCE = HERE.parent / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
 VERSION = "3"  # bump when the generator changes: cached inputs are rebuilt
 RANKS = 8
 CASES = {"replicated": 1, "large": 3}  # case -> copies of the events in time

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HTA = ROOT.parent / "shared" / "data" / "hta"
+HTA = ROOT / "tests" / "data" / "corpus" / "hta"
 SAMPLES = ROOT / "sample_traces"
 
 

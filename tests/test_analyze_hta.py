@@ -2,7 +2,7 @@
 
 HTA's temporal breakdown is in percent of the GPU span: idle, compute, non-compute (= our
 exposed communication + other); its overlap is |comm ∩ compute| / |comm|. Reference values from
-../shared/data/hta/README.md (HTA 0.5.0).
+tests/data/corpus/hta/README.md (HTA 0.5.0).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from tracekit.analyze import analyze
 
-HTA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hta"
+HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
 
 # trace, rank -> (idle %, compute %, non-compute %, comm overlapped %)
 PUBLISHED = {

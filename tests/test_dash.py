@@ -30,7 +30,7 @@ from tracekit import runfolder
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
-HTA = REPO.parent / "shared" / "data" / "hta"
+HTA = REPO / "tests" / "data" / "corpus" / "hta"
 ARTIFACTS = REPO / "tests" / "_artifacts"
 SECRET = "TOP-SECRET-OUTSIDE-ROOT-7f3a"
 LAUNCH_ARGS = [

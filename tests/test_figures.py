@@ -21,7 +21,7 @@ from tracekit import figures as F
 from tracekit.analyze import Analysis, analyze
 from tracekit.events import EVENT_SCHEMA
 
-HTA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hta"
+HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
 XSS = "<img src=x onerror=alert(1)>"
 T0 = 1_700_000_000_000_000_000
 

@@ -27,7 +27,7 @@ from tracekit.ingest import TraceInfo, read_trace, read_traces
 from tracekit.ingest.kineto import NO_RANK_WARNING, _default_workers
 from tracekit.runfolder import find_trace_files
 
-HTA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hta"
+HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
 TRACE_FILTER = [HTA / "trace_filter" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
 NCCL_DATA = HTA / "nccl_parser_config" / "nccl_data.json.gz"
 CPU_ONLY = HTA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DP = REPO / "sample_traces" / "dp"
-NCCL_TRACE = REPO.parent / "shared" / "data" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+NCCL_TRACE = REPO / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
 S = job.ELEMS * 4  # bytes of the job's float32 tensor
 
 

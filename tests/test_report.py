@@ -23,7 +23,7 @@ from tracekit.analyze import analyze
 from tracekit.errors import TracekitError
 from tracekit.report import default_output, write_report
 
-HTA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hta"
+HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
 TF = HTA / "trace_filter"
 CHROMIUM = Path("/usr/bin/chromium")
 

@@ -25,7 +25,7 @@ from tracekit.launch import RunOptions, run_job
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DP = REPO / "sample_traces" / "dp"
 NCCL_LOGS = REPO / "tests" / "data" / "nccl"
-NCCL_TRACE = REPO.parent / "shared" / "data" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+NCCL_TRACE = REPO / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
 
 
 @pytest.fixture(scope="module")
