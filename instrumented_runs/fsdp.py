@@ -95,7 +95,7 @@ from instrumented_runs.model import GPT, PRECISIONS, make_optimizer
 from tracekit import capture, labels
 from tracekit.labels import region
 
-DEFAULT_PREFETCH = 1  # DESIGN: the CLI's default
+DEFAULT_PREFETCH = 1  # the CLI's default (docs/cli.md)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

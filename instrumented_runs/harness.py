@@ -131,7 +131,7 @@ class Context:
 
     @property
     def memory_step(self) -> int:
-        """DESIGN "Memory": just before optimizer.step() of a step after the first."""
+        """docs/metrics.md "Memory": just before optimizer.step() of a step after the first."""
         return 1 if self.total_steps > 1 else 0
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:

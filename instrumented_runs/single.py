@@ -1,6 +1,6 @@
 """The single-process reference: the same model, seed, global batches and optimizer, one process.
 
-Every distributed strategy must reproduce these losses and final parameters (DESIGN
+Every distributed strategy must reproduce these losses and final parameters (docs/strategies.md
 "Equivalence": fp32 within 1e-5 relative after 3 steps). Tests call :func:`train_single`;
 ``python -m instrumented_runs.single`` prints the losses.
 """

@@ -205,7 +205,7 @@ def test_bf16_mixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     steps = WARMUP + 2
     ref, _ = train_single(steps, precision="bf16-mixed")
     for a, b, r in zip(_losses(run, 0), _losses(run, 1), ref):
-        assert abs((a + b) / 2 - r) <= 1e-2 * abs(r)  # DESIGN: bf16-mixed within 1e-2
+        assert abs((a + b) / 2 - r) <= 1e-2 * abs(r)  # docs/strategies.md: bf16-mixed within 1e-2
     _, same_arith = train_single(steps, precision="bf16-mixed", accumulate=2)
     params = capture.load_params(run, 0)
     for name, want in same_arith.items():

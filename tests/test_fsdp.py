@@ -89,7 +89,7 @@ def test_fsdp_losses_match_single_process(fsdp_run: Path) -> None:
     got = _mean_losses(fsdp_run, 2)
     assert len(got) == len(ref) == WARMUP + STEPS
     for g, r in zip(got, ref):
-        assert abs(g - r) <= 1e-5 * abs(r)  # DESIGN: fp32 within 1e-5 relative
+        assert abs(g - r) <= 1e-5 * abs(r)  # docs/strategies.md: fp32 within 1e-5 relative
 
 
 def test_hsdp_losses_match_single_process(hsdp_run: Path) -> None:
@@ -127,7 +127,7 @@ def test_hsdp_replicas_identical_and_match_single_process(hsdp_run: Path) -> Non
 def test_bf16_mixed_matches_and_keeps_fp32_master_shards(fsdp_bf16_run: Path) -> None:
     ref, _ = train_single(WARMUP + 2, precision="bf16-mixed")
     for g, r in zip(_mean_losses(fsdp_bf16_run, 2), ref):
-        assert abs(g - r) <= 1e-2 * abs(r)  # DESIGN: bf16-mixed within 1e-2
+        assert abs(g - r) <= 1e-2 * abs(r)  # docs/strategies.md: bf16-mixed within 1e-2
     params = capture.load_params(fsdp_bf16_run, 0)
     assert {t.dtype for t in params.values()} == {
         torch.float32

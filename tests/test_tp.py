@@ -321,7 +321,7 @@ def test_tp_bf16_mixed(tmp_path: Path) -> None:
     assert runfolder.load_run_json(run)["status"] == "ok"
     ref, _ = train_single(WARMUP + 1, precision="bf16-mixed")
     for got, want in zip(_losses(run, 0), ref):
-        assert abs(got - want) <= 1e-2 * abs(want)  # DESIGN: bf16-mixed within 1e-2
+        assert abs(got - want) <= 1e-2 * abs(want)  # docs/strategies.md: bf16-mixed within 1e-2
     assert all(p.dtype == torch.bfloat16 for p in capture.load_params(run, 0).values())
     psi_local = PSI_REPLICATED + PSI_SHARDED // 2
     mem = json.loads(runfolder.memory_path(run, 0).read_text())

@@ -131,7 +131,7 @@ def test_bf16_mixed_matches_single_process(bf16_runs: dict[str, Path], strategy:
     assert runfolder.load_run_json(run)["precision"] == "bf16-mixed"
     ref, _ = _single(WARMUP + 1, precision="bf16-mixed")
     for got, want in zip(_mean_losses(run), ref, strict=True):
-        assert abs(got - want) <= 1e-2 * abs(want)  # DESIGN: bf16-mixed within 1e-2
+        assert abs(got - want) <= 1e-2 * abs(want)  # docs/strategies.md: bf16-mixed within 1e-2
     params = capture.load_params(run, 0)
     assert all(p.dtype == torch.bfloat16 for p in params.values())
 

@@ -44,7 +44,7 @@ class Inputs:
 
 
 # A section: Inputs -> (summary value or None, extra frames, warnings). Each analysis module
-# contributes one entry; the summary key is the DESIGN.md name.
+# contributes one entry; the summary key is the name in docs/metrics.md.
 Section = Callable[[Inputs], "tuple[Any, dict[str, pl.DataFrame], list[str]]"]
 
 

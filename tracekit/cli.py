@@ -1,4 +1,4 @@
-"""The `tracekit` command line (DESIGN.md "The CLI contract").
+"""The `tracekit` command line (docs/cli.md).
 
 Bad input never shows a traceback: TracekitError becomes one line on stderr and exit status 2.
 Progress and logs go to stderr; results (tables, the run folder's path) to stdout.

@@ -18,7 +18,7 @@ kind, decided at ingest from category and name:
 
 Collective columns (``op``, ``bytes``, ``dtype``, ``group``, ``group_size``, ``group_ranks``,
 ``peer``) are filled where the event itself carries them and are null otherwise; ``op`` uses the
-DESIGN names (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, send, recv,
+The op names of docs/labels.md (all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, send, recv,
 barrier). ``bytes`` is the nominal size S of nccl-tests: the all-gather output, the
 reduce-scatter input, the tensor otherwise.
 """

@@ -16,7 +16,7 @@ Communication (the label wraps the *call* on the compute thread; on gloo the tra
 
     comm:<op>:<what>[:<qualifier>...]
         op        all_reduce | all_gather | reduce_scatter | broadcast | reduce | all_to_all
-                  | send | recv | barrier           (the DESIGN op names), or
+                  | send | recv | barrier           (the op names, docs/labels.md), or
                   wait                              waiting for an asynchronous collective
         what      <kind><index> naming what is moved: bucket3 (DDP bucket), unit2 (ZeRO-3/FSDP
                   unit), layer1 (TP layer), shard0, ... or a plain word (params, grads)

@@ -1,4 +1,4 @@
-"""Closed forms from the papers, beside which measurements are shown (DESIGN.md "Theory").
+"""Closed forms from the papers, beside which measurements are shown (docs/metrics.md "Theory").
 
 Psi = parameter count, N (or n) = data-parallel degree, p = pipeline stages, m = microbatches.
 """

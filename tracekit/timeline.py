@@ -1,6 +1,6 @@
 """Events -> per-rank timeline: the analysis window, the interval sets, and their algebra.
 
-Which events count (DESIGN.md "Definitions"):
+Which events count (docs/metrics.md "Per rank"):
 - GPU traces: GPU events only, as HolisticTraceAnalysis does. compute = non-communication kernels,
   communication = nccl/rccl kernels, other = memcpy/memset/sync.
 - CPU traces: compute = ``cpu_op`` events on the rank's compute threads (every thread that is not

@@ -1,4 +1,4 @@
-"""Per-rank time breakdown over the analysis window (DESIGN.md "summary.json" ranks[]).
+"""Per-rank time breakdown over the analysis window (docs/metrics.md "Per rank").
 
 From the timeline's elementary segments:
 - compute_s   = |compute|                       (state compute or overlap)

@@ -1,4 +1,4 @@
-"""Collective calls per rank, their sizes and bandwidth (nccl-tests definitions, DESIGN.md).
+"""Collective calls per rank, their sizes and bandwidth (nccl-tests definitions, docs/metrics.md "Collectives").
 
 CPU/gloo traces show a collective twice: a short ``c10d::<op>`` call on the calling thread (the
 op the program asked for, with its tensors) and a ``gloo:<op>`` span on a runloop thread (what

@@ -15,7 +15,7 @@ matched by direction and order: the k-th send from a to b is the k-th recv on b 
 (``call_id`` ``p2p:a->b#k``), transfer = the shorter of the two spans; the order is shifted when
 the trace of b starts with a recv whose send predates a's trace (``best_shift``).
 
-Bandwidth (nccl-tests, DESIGN.md) uses one transfer time per call: algbw = S / transfer, busbw =
+Bandwidth (nccl-tests, docs/metrics.md) uses one transfer time per call: algbw = S / transfer, busbw =
 algbw x factor(op, n). Summed over calls: algbw = sum S / sum transfer, busbw = sum S x factor /
 sum transfer. transfer_s and wait_s in the summaries are sums over every rank's rows, so that
 transfer_s + wait_s = time_s of the matched rows.

@@ -24,7 +24,7 @@ the engine, 0.1-0.3 ms each on CPU) is the stage computing, not idle; narrowing 
 it as bubble although the replay, fed the narrowed durations, has no gap for it. A rank holding
 several stages (interleaved) is one device: its bubbles are computed over all its stages together.
 
-Definitions (DESIGN.md "Bubble"):
+Definitions (docs/metrics.md "Pipeline"):
 
 - pipeline window of a step: first F start on any stage to last B (or W) end on any stage.
 - bubble of a stage in a step: window time it is not busy, split into fill (before its first op),

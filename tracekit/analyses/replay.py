@@ -23,7 +23,7 @@ Schedules (per-stage op order for one step):
                back as ONE 1F1B stream of steps x m microbatches (warm-up once, cool-down once)
 
 Window: from the first F start to the last B end. For gpipe and 1f1b with steps = 1 that is
-the pipeline window of the step (DESIGN "Bubble"); for pipedream or steps > 1 it is the whole
+the pipeline window of the step (docs/metrics.md "Pipeline"); for pipedream or steps > 1 it is the whole
 span. bubble_fraction = sum over stages of (window - busy) / (p x window).
 
 With uniform stages (f, b the same everywhere) GPipe and 1F1B both take (m+p-1)(f+b): the last

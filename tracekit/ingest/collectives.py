@@ -109,7 +109,7 @@ _KERNEL_OP = r"(?i)(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)"
 
 
 def op_from_word(word: pl.Expr) -> pl.Expr:
-    """DESIGN op name from any spelling of a collective (c10d op, Collective name, kernel word)."""
+    """The op name (docs/labels.md "Op names") from any spelling of a collective (c10d op, Collective name, kernel word)."""
     compact = word.str.to_lowercase().str.replace_all("_", "", literal=True)
     return compact.str.extract(_OP_WORD, 1).replace_strict(
         _OP_NAMES, default=None, return_dtype=pl.Utf8
@@ -141,7 +141,7 @@ def family_expr() -> pl.Expr:
 
 
 def op_expr() -> pl.Expr:
-    """The op word per family, mapped to the DESIGN op names (null when not one of them)."""
+    """The op word per family, mapped to the op names of docs/labels.md (null when not one of them)."""
     fam, name = pl.col("family"), pl.col("name")
     word = (
         pl.when(fam == "params")

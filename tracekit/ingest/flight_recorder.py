@@ -97,7 +97,7 @@ DTYPE_BYTES = {
     "ComplexDouble": 16,
 }
 
-# profiling_name after "backend:" -> DESIGN.md op name.
+# profiling_name after "backend:" -> op name (docs/labels.md).
 _OP_NAMES = {
     "all_reduce": "all_reduce",
     "allreduce": "all_reduce",

@@ -72,7 +72,7 @@ Collective columns (``op``, ``bytes``, ``dtype``, ``group``, ``group_size``, ``g
   "communication"; a later stage can take the op from the launching CPU call via correlation.
 - ``_c10d_functional::*`` cpu_ops (DTensor / functional collectives) are communication with op
   null: each wraps a ``c10d::`` op that carries the op, so filling both would count it twice.
-- barrier: bytes 0 (no payload). Ops outside the DESIGN list (gather, scatter, coalesced
+- barrier: bytes 0 (no payload). Ops outside the list of docs/labels.md (gather, scatter, coalesced
   markers, ``wait``) give op null. ``dtype`` is canonical torch naming (float32, bfloat16,
   int64, ...); an unknown spelling is kept as given, with bytes null.
 - The same collective shows on several rows (CPU call, backend span, record_param_comms,
