@@ -21,7 +21,9 @@ import shutil
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE.parent / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+SOURCE = (
+    HERE.parent / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+)
 VERSION = "3"  # bump when the generator changes: cached inputs are rebuilt
 RANKS = 8
 CASES = {"replicated": 1, "large": 3}  # case -> copies of the events in time
