@@ -34,7 +34,9 @@ METHOD = "median end offset of matched all_reduce/all_gather/barrier calls"
 def _pairwise(ends: pl.DataFrame) -> dict[tuple[int, int], list[int]]:
     """(a, b) -> [end_b - end_a per call holding both], a < b."""
     out: dict[tuple[int, int], list[int]] = {}
-    for _, part in ends.group_by("call_id"):
+    # calls in a defined order (the diffs' order does not change a median, but the pairs' order
+    # decides ties below: it must not follow polars' thread scheduling)
+    for _, part in ends.sort("call_id", "rank").group_by("call_id", maintain_order=True):
         got = dict(zip(part["rank"].to_list(), part["end_ns"].to_list()))
         rs = sorted(got)
         for i, a in enumerate(rs):
@@ -65,16 +67,15 @@ def estimate(table: pl.DataFrame, hosts: dict[int, str | None] | None = None) ->
     pairs = _pairwise(ends)
     ref = ranks[0]
     offsets: dict[int, float] = {ref: 0.0}
-    # grow a spanning tree from the reference, best-supported pairs first
+    # grow a spanning tree from the reference, best-supported pairs first; ties go to the
+    # lowest (a, b), so the tree (and every offset along it) is the same on every run
     while True:
-        best = None
-        for (a, b), diffs in pairs.items():
-            if (a in offsets) == (b in offsets):
-                continue
-            if best is None or len(diffs) > len(pairs[best]):
-                best = (a, b)
-        if best is None:
+        edges = [
+            (-len(d), ab) for ab, d in pairs.items() if (ab[0] in offsets) != (ab[1] in offsets)
+        ]
+        if not edges:
             break
+        best = min(edges)[1]
         a, b = best
         d = statistics.median(pairs[best])
         if a in offsets:
@@ -110,7 +111,7 @@ def estimate(table: pl.DataFrame, hosts: dict[int, str | None] | None = None) ->
         )
         out["calls"][str(r)] = len(diffs)
     out["offsets_ns"] = {str(r): int(round(v)) for r, v in sorted(final.items())}
-    out["per_host"] = {h: int(round(v)) for h, v in per_host.items()}
+    out["per_host"] = {h: int(round(v)) for h, v in sorted(per_host.items())}
     if missing:
         out["reason"] = (
             f"ranks {missing} share no matched end-synchronous call with the others: not aligned"
