@@ -1,0 +1,351 @@
+"""``tracekit predict``: a run's step on another network, from its trace (docs/predict.md).
+
+``predict(path, inter_node_bandwidth=...)`` analyses the run (tracekit.analyze), replays its
+profiled steps over the given network (tracekit.analyses.predict) and returns the prediction
+as a dict; ``write_prediction`` puts it into ``RUN/analysis/prediction.json`` atomically.
+Rates are tc's (``400mbit``, ``1gbit``, ``10gbit``, ``mbps`` = 10^6 bytes/s) or plain bits/s;
+``LO:HI`` sweeps log-spaced rates between them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.analyses import predict as model
+from tracekit.analyses.predict_program import Call, calls_table, programs
+from tracekit.errors import TracekitError
+
+SCHEMA_VERSION = 1
+_RATE = re.compile(r"^(\d+(?:\.\d+)?(?:e\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)?$")
+_UNITS = {
+    None: 1.0,
+    "bit": 1.0,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "bps": 8.0,
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+    "tbps": 8e12,
+}
+
+
+def parse_rate(text: str, option: str = "--inter-node-bandwidth") -> float:
+    """tc's rate syntax, or plain bits/s -> bits per second (> 0)."""
+    m = _RATE.match(str(text).strip().lower())
+    value = float(m[1]) * _UNITS[m[2]] if m else 0.0
+    if not m or value <= 0 or value != value or value == float("inf"):
+        raise TracekitError(
+            f"{option} {text!r} is not a rate such as 400mbit, 1gbit or 1e9 (bits/s)"
+        )
+    return value
+
+
+def parse_bandwidth(text: str, option: str = "--inter-node-bandwidth") -> tuple[float, float | None]:
+    """RATE -> (rate, None); LO:HI -> (lo, hi), lo < hi."""
+    if ":" not in str(text):
+        return parse_rate(text, option), None
+    lo_text, hi_text = str(text).split(":", 1)
+    lo, hi = parse_rate(lo_text, option), parse_rate(hi_text, option)
+    if hi <= lo:
+        raise TracekitError(f"{option} {text!r}: a sweep LO:HI needs LO < HI")
+    return lo, hi
+
+
+def fmt_rate(bits: float | None) -> str:
+    """1e9 -> '1 gbit', 4e8 -> '400 mbit'; None -> '–'."""
+    if bits is None:
+        return "–"
+    for unit, scale in (("tbit", 1e12), ("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bits >= scale:
+            return f"{bits / scale:.3g} {unit}"
+    return f"{bits:.3g} bit"
+
+
+@dataclass
+class Model:
+    """A run's replay inputs, built once and replayed at many bandwidths."""
+
+    path: Path
+    programs: dict
+    calls: dict[str, Call]
+    run_inter_bits: float | None  # the emulated network's rate, when the run had one
+    measured_ranks: dict[int, dict[str, Any]]
+    steps: int
+    stages: int  # pipeline stages (0: not a pipeline run)
+    calibration: dict[str, float | None]
+
+    def replay(self, net: model.Network) -> model.Replay:
+        return model.replay(self.programs, self.calls, net, self.run_inter_bits)
+
+
+def _calibration(calls: dict[str, Call]) -> dict[str, float | None]:
+    """Measured busbw per link kind: bytes on the busiest NIC (intra link) x 8 / transfer."""
+    inter = [(max(c.nic.values()), c.transfer_ns) for c in calls.values() if c.nic]
+    intra = [(c.intra_bytes, c.transfer_ns) for c in calls.values() if not c.nic and c.intra_bytes]
+
+    def rate(pairs: list[tuple[float, int]]) -> float | None:
+        t = sum(p[1] for p in pairs)
+        return sum(p[0] for p in pairs) * 8 / (t * 1e-9) if pairs and t > 0 else None
+
+    return {"inter_node_busbw_bits_per_s": rate(inter), "intra_node_busbw_bits_per_s": rate(intra)}
+
+
+def build(analysis: Any) -> Model:
+    """The replay inputs from a tracekit.analyze result."""
+    from tracekit import timeline
+
+    s = analysis.summary
+    nodes = {int(k): int(v) for k, v in (s.get("topology") or {}).get("nodes", {}).items()}
+    calls = calls_table(analysis.collectives, nodes)
+    if not calls:
+        raise TracekitError(
+            "no matched collective or p2p calls: nothing to predict", analysis.path
+        )
+    windows = pl.DataFrame(
+        s["window"]["per_rank"],
+        schema={
+            "rank": pl.Int32,
+            "kind": pl.Utf8,
+            "steps": pl.Int32,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+        },
+    )
+    markers = timeline.step_markers(analysis.events)
+    ops = analysis.frames.get("pipeline_ops")
+    progs = programs(
+        analysis.events, analysis.timeline, analysis.collectives, markers, windows, calls, ops
+    )
+    steps = int(s["window"]["steps"] or 0)
+    measured = {}
+    for r in s["ranks"]:
+        n = max(1, int(r.get("window_steps") or steps or 1))
+        measured[int(r["rank"])] = {
+            "step_time_s": r.get("step_time_s"),
+            "comm_s": None if r.get("comm_s") is None else r["comm_s"] / n,
+            "exposed_comm_s": None if r.get("exposed_comm_s") is None else r["exposed_comm_s"] / n,
+        }
+    net = ((analysis.run or {}).get("launch") or {}).get("network") or {}
+    pipe = s.get("pipeline") or {}
+    return Model(
+        path=Path(analysis.path),
+        programs=progs,
+        calls=calls,
+        run_inter_bits=net.get("rate_bits_per_s"),
+        measured_ranks=measured,
+        steps=steps,
+        stages=int(pipe.get("stages") or 0) if ops is not None and ops.height else 0,
+        calibration=_calibration(calls),
+    )
+
+
+def _measured_step(m: Model) -> float | None:
+    vals = [v["step_time_s"] for v in m.measured_ranks.values() if v["step_time_s"] is not None]
+    return max(vals) if vals else None
+
+
+def _ranks(m: Model, rep: model.Replay) -> list[dict[str, Any]]:
+    return [
+        {
+            "rank": r,
+            "step_time_s": rep.step_time_s.get(r),
+            "comm_s": rep.comm_s.get(r),
+            "exposed_comm_s": rep.exposed_comm_s.get(r),
+            "measured_step_time_s": m.measured_ranks.get(r, {}).get("step_time_s"),
+            "measured_comm_s": m.measured_ranks.get(r, {}).get("comm_s"),
+            "measured_exposed_comm_s": m.measured_ranks.get(r, {}).get("exposed_comm_s"),
+        }
+        for r in sorted(rep.step_time_s)
+    ]
+
+
+def _rel(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else (a - b) / b
+
+
+def step_at(m: Model, inter_bits: float, intra_bits: float | None, latency_s: float) -> float:
+    rep = m.replay(model.Network(inter_bits, intra_bits, latency_s))
+    return model.slowest(rep) or 0.0
+
+
+def _point(m: Model, net: model.Network) -> dict[str, Any]:
+    rep = m.replay(net)
+    return {
+        "inter_node_bits_per_s": net.inter_bits,
+        "step_time_s": model.slowest(rep),
+        "comm_s": max(rep.comm_s.values(), default=None),
+        "exposed_comm_s": max(rep.exposed_comm_s.values(), default=None),
+        "bubble_fraction": model.bubble_fraction(rep, m.stages) if m.stages else None,
+    }
+
+
+def prediction(
+    m: Model,
+    inter: tuple[float, float | None] | None,
+    intra_bits: float | None = None,
+    latency_us: float = 0.0,
+) -> dict[str, Any]:
+    """The prediction.json dict for one run (docs/predict.md)."""
+    latency_s = latency_us * 1e-6
+    own = m.replay(model.Network(measured=True))
+    free = m.replay(model.Network(None, None, 0.0))
+    measured = _measured_step(m)
+    cal = m.calibration
+    if inter is None:  # the run's own conditions
+        rep, inter_bits, source = own, m.run_inter_bits or cal["inter_node_busbw_bits_per_s"], None
+        source = "run.json launch.network" if m.run_inter_bits else "calibrated (as measured)"
+    else:
+        inter_bits, source = inter[0], "given"
+        rep = m.replay(model.Network(inter_bits, intra_bits, latency_s))
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "source": str(m.path),
+        "step_time_s": model.slowest(rep),
+        "measured_step_time_s": measured,
+        "free_step_time_s": model.slowest(free),
+        "bandwidths": {
+            "inter_node_bits_per_s": inter_bits,
+            "inter_node_source": source,
+            "intra_node_bits_per_s": intra_bits or cal["intra_node_busbw_bits_per_s"],
+            "intra_node_source": "given"
+            if intra_bits
+            else "calibrated (as measured: each call's floor holds it)",
+            "latency_us": latency_us,
+            "run_network_bits_per_s": m.run_inter_bits,
+            **cal,
+        },
+        "self_check": {
+            "step_time_s": model.slowest(own),
+            "measured_step_time_s": measured,
+            "error": _rel(model.slowest(own), measured),
+        },
+        "steps": m.steps,
+        "ranks": _ranks(m, rep),
+        "bubble_fraction": model.bubble_fraction(rep, m.stages) if m.stages else None,
+        "sweep": None,
+    }
+    if inter is not None and inter[1] is not None:
+        lo, hi = inter
+        points = model.log_points(lo, hi)
+        curve = [_point(m, model.Network(b, intra_bits, latency_s)) for b in points]
+        free_step = out["free_step_time_s"] or 0.0
+        knee, note = model.knee(
+            lambda b: step_at(m, b, intra_bits, latency_s), free_step, lo, hi
+        )
+        out["sweep"] = {
+            "points": curve,
+            "knee_bits_per_s": knee,
+            "knee_note": note,
+            "knee_slowdown": model.KNEE_SLOWDOWN,
+            "measured_point": {
+                "inter_node_bits_per_s": m.run_inter_bits or cal["inter_node_busbw_bits_per_s"],
+                "step_time_s": measured,
+            },
+        }
+    return out
+
+
+def compare(models: Sequence[Model], lo: float, hi: float, intra: float | None, lat: float):
+    """Crossover bandwidths between each pair of runs' predicted steps over [lo, hi]."""
+    points = model.log_points(lo, hi)
+    out = []
+    for i, a in enumerate(models):
+        for b in models[i + 1 :]:
+            xs = model.crossovers(
+                lambda x, a=a: step_at(a, x, intra, lat * 1e-6),
+                lambda x, b=b: step_at(b, x, intra, lat * 1e-6),
+                points,
+            )
+            out.append({"a": str(a.path), "b": str(b.path), "crossover_bits_per_s": xs})
+    return out
+
+
+def default_output(path: Path) -> Path:
+    from tracekit.analyze import default_out_dir
+
+    return default_out_dir(Path(path)) / "prediction.json"
+
+
+def write_prediction(pred: dict[str, Any], target: Path) -> Path:
+    """Write atomically (temporary file beside it, then rename); refuse non-regular targets."""
+    target = Path(target)
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise TracekitError("exists and is not a regular file; choose another --out", target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:
+        raise TracekitError(f"cannot write here ({exc.strerror}); choose another --out", target) from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(pred, indent=2, default=_json_default) + "\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _json_default(x: Any) -> Any:
+    return None if isinstance(x, float) and x != x else str(x)
+
+
+def load(path: str | Path, analysis: Any = None) -> Model:
+    """The replay model of a run (analysed here unless ``analysis`` is given)."""
+    if analysis is None:
+        from tracekit.analyze import analyze
+
+        analysis = analyze(path)
+    return build(analysis)
+
+
+def predict(
+    path: str | Path,
+    inter_node_bandwidth: str | float | None = None,
+    intra_node_bandwidth: str | float | None = None,
+    latency_us: float = 0.0,
+    out: str | Path | None = None,
+    analysis: Any = None,
+    write: bool = True,
+) -> dict[str, Any]:
+    """Predict the run's step at another inter-node bandwidth (docs/predict.md); writes
+    prediction.json into ``out`` (a folder; default RUN/analysis) unless ``write`` is False."""
+    inter = None
+    if inter_node_bandwidth is not None:
+        inter = (
+            (float(inter_node_bandwidth), None)
+            if isinstance(inter_node_bandwidth, (int, float))
+            else parse_bandwidth(inter_node_bandwidth)
+        )
+    intra = None
+    if intra_node_bandwidth is not None:
+        intra = (
+            float(intra_node_bandwidth)
+            if isinstance(intra_node_bandwidth, (int, float))
+            else parse_rate(intra_node_bandwidth, "--intra-node-bandwidth")
+        )
+    if latency_us is None or latency_us < 0 or latency_us != latency_us:
+        raise TracekitError(f"--latency {latency_us!r} must be a number of microseconds >= 0")
+    m = load(path, analysis)
+    pred = prediction(m, inter, intra, float(latency_us))
+    if write:
+        target = Path(out) / "prediction.json" if out is not None else default_output(path)
+        write_prediction(pred, target)
+    return pred
+
+
+def median_or_none(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
