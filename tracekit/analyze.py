@@ -284,7 +284,9 @@ def _analyze(
     }
     steps = summary["window"]["steps"]
     summary["collectives"]["ideal_bytes_per_rank_per_step"] = (
-        summary["collectives"]["ideal_bytes_per_rank"] / steps if steps else None
+        summary["collectives"]["ideal_bytes_per_rank"] / steps
+        if steps and summary["collectives"]["ideal_bytes_per_rank"] is not None
+        else None
     )
     return Analysis(
         path=path,

@@ -33,6 +33,8 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from tracekit.analyses.group_names import row_label
+
 NS = 1e-9
 STATES = ("compute", "overlap", "comm", "other", "idle")
 STATE_CODE = {s: i for i, s in enumerate(STATES)}
@@ -132,9 +134,12 @@ def frame(analysis: Any, name: str) -> pl.DataFrame | None:
     return None
 
 
+UNKNOWN = "–"  # how every unknown (null) value is shown: never 0, never a guess
+
+
 def fmt_bytes(n: Any) -> str:
     if n is None:
-        return "unknown"
+        return UNKNOWN
     n = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
@@ -145,7 +150,7 @@ def fmt_bytes(n: Any) -> str:
 
 def fmt_s(x: Any) -> str:
     if x is None:
-        return "-"
+        return UNKNOWN
     x = float(x)
     if abs(x) >= 1:
         return f"{x:.3f} s"
@@ -155,7 +160,7 @@ def fmt_s(x: Any) -> str:
 
 
 def fmt_frac(x: Any) -> str:
-    return "-" if x is None else f"{100 * float(x):.1f}%"
+    return UNKNOWN if x is None else f"{100 * float(x):.1f}%"
 
 
 def _num(x: Any) -> float:
@@ -1217,7 +1222,7 @@ def collective_bandwidth(summary: dict) -> go.Figure | None:
             col=1,
         )
     if per_group:
-        gx = [plain(f"{r.get('group')} · {r.get('op') or 'unknown'}") for r in per_group]
+        gx = [plain(f"{row_label(r)} · {r.get('op') or 'unknown'}") for r in per_group]
         fig.add_trace(
             go.Bar(
                 x=gx,
@@ -1345,7 +1350,10 @@ def compare_rows(runs: Sequence[Run]) -> list[dict]:
                     (_num(m.get("model_states_bytes")) for m in mem), default=None
                 ),
                 "peak_bytes": max((_num(m.get("peak_bytes")) for m in mem), default=None),
+                # payload S of every rank's row, summed over ranks (collectives rank_bytes)
                 "collective_bytes": co.get("bytes"),
+                # bytes on the wire, all links, whole window (traffic total_bytes)
+                "wire_bytes": tr.get("total_bytes"),
                 "ideal_bytes_per_rank": co.get("ideal_bytes_per_rank"),
                 "intra_node_bytes": tr.get("intra_node_bytes"),
                 "inter_node_bytes": tr.get("inter_node_bytes"),
@@ -1459,10 +1467,10 @@ def compare_bytes(runs: Sequence[Run]) -> go.Figure | None:
     if not rows:
         return None
     keys = (
-        ("collective_bytes", "collective bytes (nominal S)", "#4c78a8"),
-        ("ideal_bytes_per_rank", "ideal bytes per rank", "#9ecae1"),
-        ("intra_node_bytes", "intra-node link bytes", "#54a24b"),
-        ("inter_node_bytes", "inter-node link bytes", "#e45756"),
+        ("collective_bytes", "payload bytes, summed over ranks", "#4c78a8"),
+        ("ideal_bytes_per_rank", "ideal bytes per rank (S x bus factor)", "#9ecae1"),
+        ("intra_node_bytes", "intra-node wire bytes", "#54a24b"),
+        ("inter_node_bytes", "inter-node wire bytes", "#e45756"),
     )
     peak = max([_num(r[k]) for r in rows for k, _, _ in keys] + [1])
     div, unit = _byte_unit(peak)

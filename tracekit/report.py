@@ -33,6 +33,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import figures as F
+from tracekit.analyses.group_names import row_label
 from tracekit.errors import TracekitError
 
 FORMATS = {
@@ -80,7 +81,7 @@ def run_names(paths: Sequence[Path]) -> list[str]:
 
 def _f(x: Any, digits: int = 6) -> str:
     if x is None:
-        return "-"
+        return F.UNKNOWN
     if isinstance(x, float):
         return f"{x:.{digits}f}"
     return str(x)
@@ -92,9 +93,9 @@ def _short(text: str, n: int = 160) -> str:
 
 def _pct(part: Any, whole: Any) -> str:
     try:
-        return f"{100 * float(part) / float(whole):.0f}%" if whole else "-"
+        return f"{100 * float(part) / float(whole):.0f}%" if whole else F.UNKNOWN
     except (TypeError, ValueError):
-        return "-"
+        return F.UNKNOWN
 
 
 def rank_table(summary: dict) -> Table:
@@ -161,12 +162,24 @@ def top_events(events: pl.DataFrame | None, n: int = TOP_EVENTS) -> Table:
 
 def collectives_table(summary: dict) -> Table:
     co = summary.get("collectives") or {}
-    head = ["op", "count", "bytes", "transfer s", "wait s", "time s", "algbw GB/s", "busbw GB/s"]
+    # payload: S summed over every rank's rows (rank_bytes) and over calls (call_bytes)
+    head = [
+        "op",
+        "rank rows",
+        "payload Σ ranks",
+        "payload Σ calls",
+        "transfer s",
+        "wait s",
+        "time s",
+        "algbw GB/s",
+        "busbw GB/s",
+    ]
     rows = [
         [
             str(r.get("op") or "unknown"),
             _f(r.get("count")),
             F.fmt_bytes(r.get("bytes")),
+            F.fmt_bytes(r.get("call_bytes")) if "call_bytes" in r else F.UNKNOWN,
             _f(r.get("transfer_s")),
             _f(r.get("wait_s")),
             _f(r.get("time_s")),
@@ -174,6 +187,20 @@ def collectives_table(summary: dict) -> Table:
             _f(r.get("busbw_gbps"), 3),
         ]
         for r in co.get("per_op") or []
+    ]
+    rows += [
+        [
+            f"{row_label(r)} · {r.get('op')}",
+            _f(r.get("rank_rows")),
+            F.fmt_bytes(r.get("rank_bytes")),
+            F.fmt_bytes(r.get("bytes")),  # per_group bytes count per call
+            _f(r.get("transfer_s")),
+            _f(r.get("wait_s")),
+            _f(r.get("time_s")),
+            _f(r.get("algbw_gbps"), 3),
+            _f(r.get("busbw_gbps"), 3),
+        ]
+        for r in (co.get("per_group") or [])[:MAX_TABLE_ROWS]
     ]
     return (
         (
@@ -270,28 +297,32 @@ def traffic_table(summary: dict) -> Table | None:
     tr = summary.get("traffic")
     if not tr:
         return None
-    head = ["op", "intra-node", "inter-node", "bytes"]
+    # wire bytes: on every link, summed over links and calls of the window (docs/traffic.md)
+    head = ["op", "intra-node wire", "inter-node wire", "wire bytes", "payload Σ calls"]
     rows = [
         [
             str(r.get("op")),
             F.fmt_bytes(r.get("intra")),
             F.fmt_bytes(r.get("inter")),
             F.fmt_bytes(r.get("bytes")),
+            F.fmt_bytes(r.get("payload_bytes")),
         ]
         for r in tr.get("by_op") or []
     ]
     rows += [
         [
-            f"{r.get('group')} · {r.get('op')}",
+            f"{row_label(r)} · {r.get('op')}",
             F.fmt_bytes(r.get("intra")),
             F.fmt_bytes(r.get("inter")),
             F.fmt_bytes(r.get("bytes")),
+            F.fmt_bytes(r.get("payload_bytes")),
         ]
         for r in (tr.get("by_group") or [])[:MAX_TABLE_ROWS]
     ]
     return (
         (
-            f"traffic: {F.fmt_frac(tr.get('inter_node_fraction'))} of {F.fmt_bytes(tr.get('total_bytes'))} "
+            f"traffic: {F.fmt_frac(tr.get('inter_node_fraction'))} of "
+            f"{F.fmt_bytes(tr.get('total_bytes'))} wire bytes (all links, whole window) "
             "on inter-node links"
         ),
         head,
@@ -309,8 +340,9 @@ def compare_table(runs: Sequence[tuple[str, dict]]) -> Table:
         "exposed comm %",
         "idle %",
         "model states",
-        "collective bytes",
-        "inter-node bytes",
+        "payload bytes (Σ ranks)",
+        "wire bytes (all links)",
+        "inter-node wire bytes",
         "bubble",
         "all-gather hidden",
     ]
@@ -327,6 +359,7 @@ def compare_table(runs: Sequence[tuple[str, dict]]) -> Table:
                 _pct(r["idle_s"], r["span_s"]),
                 F.fmt_bytes(r["model_states_bytes"]),
                 F.fmt_bytes(r["collective_bytes"]),
+                F.fmt_bytes(r["wire_bytes"]),
                 F.fmt_bytes(r["inter_node_bytes"]),
                 F.fmt_frac(r["bubble_fraction"]),
                 F.fmt_frac(r["allgather_hidden_fraction"]),

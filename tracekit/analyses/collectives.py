@@ -71,6 +71,32 @@ def bus_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     )
 
 
+# What each byte figure of summary.json ``collectives`` counts (docs/metrics.md "Collectives").
+BYTES_COUNTED = {
+    "bytes": "payload S of every rank's row, summed over ranks and calls (= rank_bytes; in "
+    "per_group rows: = call_bytes)",
+    "rank_bytes": "payload S of every rank's row, summed over ranks and calls: a call of n "
+    "ranks counts n times",
+    "call_bytes": "payload S per call, summed over calls (one member rank's view: a call "
+    "counts once)",
+    "wire_bytes": "payload of the op the backend ran (wire_op: gloo runs reduce_scatter as an "
+    "all_reduce of the full input), summed over ranks and calls; not bytes on links (traffic)",
+    "ideal_bytes_per_rank": "sum of S x bus factor over one rank's calls, the busiest rank: "
+    "what an ideal ring sends per rank",
+    "unknown": "a sum over calls whose sizes are all unknown is null; partly unknown sums "
+    "count the known ones (unknown_size says how many are not)",
+}
+
+
+def _known_sum(expr: pl.Expr) -> pl.Expr:
+    """Sum of the known values; null when none is known (polars would say 0)."""
+    return pl.when(expr.count() > 0).then(expr.sum())
+
+
+def _int(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
 _SPAN_OP = {"reduce_scatter": "all_reduce"}  # what gloo really runs for a c10d op, where it differs
 _PAIR_TOLERANCE_NS = 100_000
 
@@ -344,30 +370,45 @@ def collectives_summary(table: pl.DataFrame) -> dict:
             pl.lit(None, dtype=pl.Int64).alias("transfer_ns"),
             pl.lit(None, dtype=pl.Int64).alias("wait_ns"),
         )
-    per_rank_ideal = table.group_by("rank").agg(
-        (pl.col("bytes").fill_null(0) * pl.col("bus_factor")).sum().alias("ideal")
+    # a barrier carries no payload: its size is 0, not unknown
+    table = table.with_columns(
+        pl.when(pl.col("op") == "barrier")
+        .then(pl.col("bytes").fill_null(0))
+        .otherwise(pl.col("bytes"))
+        .alias("bytes")
     )
+    per_rank_ideal = table.group_by("rank").agg(
+        _known_sum(pl.col("bytes") * pl.col("bus_factor")).alias("ideal")
+    )
+    # one row per call for call_bytes: rows matched to one call_id count once (one member's
+    # view), a row matched to no call counts on its own
+    one_per_call = table.with_columns(
+        pl.coalesce("call_id", pl.format("row:{}", pl.int_range(pl.len()))).alias("_call")
+    ).unique("_call", keep="first", maintain_order=True)
+    call_bytes = one_per_call.group_by("op").agg(_known_sum(pl.col("bytes")).alias("call_bytes"))
     per_op = (
         table.group_by("op")
         .agg(
             pl.len().alias("count"),
-            pl.col("bytes").sum().alias("bytes"),
+            _known_sum(pl.col("bytes")).alias("bytes"),
             pl.col("bytes").null_count().alias("unknown_size"),
             pl.col("duration_s").sum().alias("time_s"),
-            pl.col("wire_bytes").sum().alias("wire_bytes"),
+            _known_sum(pl.col("wire_bytes")).alias("wire_bytes"),
             pl.col("bus_factor").mean().alias("bus_factor"),
             pl.col("call_id").drop_nulls().n_unique().alias("calls"),
             pl.col("call_id").filter(pl.col("complete")).n_unique().alias("complete_calls"),
             pl.col("transfer_ns").filter(pl.col("complete")).sum().alias("transfer_ns"),
             pl.col("wait_ns").filter(pl.col("complete")).sum().alias("wait_ns"),
         )
+        .join(call_bytes, on="op", how="left", nulls_equal=True)
         .with_columns(
             pl.when(pl.col("time_s") > 0)
-            .then(pl.col("bytes") / pl.col("time_s") / 1e9)
+            .then(pl.col("bytes") / pl.col("time_s") / 1e9)  # null bytes: null, never 0
             .alias("algbw_gbps"),
         )
         .with_columns((pl.col("algbw_gbps") * pl.col("bus_factor")).alias("busbw_gbps"))
-        .sort("bytes", descending=True, nulls_last=True)
+        # ties (and unknown sizes, last) by op name: the same order on every run
+        .sort(["bytes", "op"], descending=[True, False], nulls_last=True)
     )
     # one row per call for the transfer-based bandwidth (p2p: send and recv are one transfer)
     calls = (
@@ -385,8 +426,10 @@ def collectives_summary(table: pl.DataFrame) -> dict:
             {
                 "op": r["op"],
                 "count": r["count"],
-                "bytes": int(r["bytes"] or 0),
-                "wire_bytes": int(r["wire_bytes"] or 0),
+                "bytes": _int(r["bytes"]),
+                "rank_bytes": _int(r["bytes"]),
+                "call_bytes": _int(r["call_bytes"]),
+                "wire_bytes": _int(r["wire_bytes"]),
                 "unknown_size": r["unknown_size"],
                 "calls": r["calls"],
                 "complete_calls": r["complete_calls"],
@@ -399,10 +442,17 @@ def collectives_summary(table: pl.DataFrame) -> dict:
             }
         )
     bases = {r["time_basis"] for r in rows}
+    total = table.select(
+        _known_sum(pl.col("bytes")).alias("rank"), pl.col("bytes").null_count().alias("unknown")
+    ).row(0, named=True)
     return {
         "count": table.height,
-        "bytes": int(table["bytes"].fill_null(0).sum()),
-        "ideal_bytes_per_rank": int(per_rank_ideal["ideal"].max() or 0),
+        "bytes": _int(total["rank"]),
+        "rank_bytes": _int(total["rank"]),
+        "call_bytes": _int(one_per_call.select(_known_sum(pl.col("bytes"))).item()),
+        "unknown_size": int(total["unknown"]),
+        "bytes_counted": BYTES_COUNTED,
+        "ideal_bytes_per_rank": _int(per_rank_ideal["ideal"].max()),
         "time_basis": bases.pop() if len(bases) == 1 else "mixed",
         "calls": int(table["call_id"].drop_nulls().n_unique()),
         "complete_calls": int(table.filter(pl.col("complete"))["call_id"].n_unique()),

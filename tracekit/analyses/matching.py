@@ -27,6 +27,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.analyses.group_names import group_label
+
 P2P = ("send", "recv")
 MATCH_COLUMNS = {
     "call_id": pl.Utf8,
@@ -215,7 +217,7 @@ def matches_frame(table: pl.DataFrame) -> pl.DataFrame:
             "call_id",
         )
         .cast(MATCHES_SCHEMA)
-        .sort("group", "seq", "rank")
+        .sort("group", "seq", "rank", "start_ns", "call_id", nulls_last=True, maintain_order=True)
     )
 
 
@@ -225,8 +227,9 @@ def calls_frame(table: pl.DataFrame) -> pl.DataFrame:
     start_ns, end_ns, present (ranks seen)."""
     t = table.filter(pl.col("call_id").is_not_null())
     is_send = pl.col("op") == "send"
+    # rows in a defined order, so that each call's first() is the same row on every run
     return (
-        t.sort("rank")
+        t.sort("rank", "start_ns", maintain_order=True)
         .group_by("call_id", maintain_order=True)
         .agg(
             pl.col("group").first(),
@@ -252,7 +255,7 @@ def calls_frame(table: pl.DataFrame) -> pl.DataFrame:
         .with_columns(
             pl.when(pl.col("op") == "recv").then(pl.lit("send")).otherwise(pl.col("op")).alias("op")
         )
-        .sort("start_ns")
+        .sort("start_ns", "call_id")
     )
 
 
@@ -303,6 +306,8 @@ def per_group(table: pl.DataFrame) -> list[dict[str, Any]]:
             pl.col("transfer_ns").filter(pl.col("complete")).sum().alias("transfer_ns"),
             pl.col("wait_ns").filter(pl.col("complete")).sum().alias("wait_ns"),
             (pl.col("end_ns") - pl.col("start_ns")).sum().alias("time_ns"),
+            # payload of every rank's row (null when no size is known)
+            pl.when(pl.col("bytes").count() > 0).then(pl.col("bytes").sum()).alias("rank_bytes"),
         )
     )
     out = []
@@ -312,20 +317,24 @@ def per_group(table: pl.DataFrame) -> list[dict[str, Any]]:
         algbw, busbw = bandwidth(dicts)
         agg = rows_t.filter((pl.col("gkey") == gkey) & (pl.col("op") == op)).to_dicts()[0]
         complete = sum(1 for c in dicts if c["complete"])
+        sizes = [c["bytes"] for c in dicts if c["bytes"] is not None]
+        ranks = first["ranks"] if first["ranks"] is not None else [first["src"], first["dst"]]
         out.append(
             {
                 "group": gkey,
+                "label": group_label(gkey, first["group_desc"], first["dim"], ranks),
                 "desc": first["group_desc"],
                 "dim": first["dim"],
-                "ranks": first["ranks"]
-                if first["ranks"] is not None
-                else [first["src"], first["dst"]],
+                "ranks": ranks,
                 "group_size": first["group_size"] if op not in P2P else 2,
                 "op": op,
                 "count": len(dicts),
                 "complete_calls": complete,
                 "rank_rows": agg["rank_rows"],
-                "bytes": int(sum(c["bytes"] or 0 for c in dicts)),
+                # S per call summed over calls (null when no size is known)
+                "bytes": int(sum(sizes)) if sizes else None,
+                "call_bytes": int(sum(sizes)) if sizes else None,
+                "rank_bytes": None if agg["rank_bytes"] is None else int(agg["rank_bytes"]),
                 "unknown_size": sum(1 for c in dicts if c["bytes"] is None),
                 "transfer_s": agg["transfer_ns"] * 1e-9 if complete else None,
                 "wait_s": agg["wait_ns"] * 1e-9 if complete else None,

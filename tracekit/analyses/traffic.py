@@ -263,6 +263,8 @@ def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: in
             pl.col("bytes").filter(pl.col("link") == "inter").sum().alias("inter"),
             pl.col("bytes").sum().alias("bytes"),
         )
+        # most bytes first, ties by key: the same order on every run
+        out = out.sort(["bytes", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
         return [
             {
                 **{k: r[k] for k in keys},
@@ -284,12 +286,12 @@ def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: in
     ends = links["src"].to_list() + links["dst"].to_list()
     missing = sorted({r for r in ends if r not in node_of})
     return {
-        "model": {op: "; ".join(texts) for op, texts in model.items()},
+        "model": {op: "; ".join(texts) for op, texts in sorted(model.items())},
         "intra_node_bytes": round(exact["intra"]),
         "inter_node_bytes": round(exact["inter"]),
         "unclassified_bytes": round(exact["unclassified"]),
         "total_bytes": round(exact["intra"]) + round(exact["inter"]) + round(exact["unclassified"]),
-        "inter_node_fraction": exact["inter"] / classified if classified else 0.0,
+        "inter_node_fraction": exact["inter"] / classified if classified else None,  # unknown
         "by_op": split(["op"]),
         "by_group": split(["group", "op"]),
         "matrix": matrix,

@@ -22,7 +22,19 @@ from typing import Any
 import polars as pl
 
 from tracekit.analyses import matching
+from tracekit.analyses.group_names import group_label
 from tracekit.analyses.traffic import link_bytes, traffic_summary
+
+# What each byte figure of summary.json ``traffic`` counts (docs/traffic.md).
+BYTES_COUNTED = {
+    "bytes": "bytes on the wire: what the call's algorithm puts on every directed rank -> rank "
+    "link, summed over all links and calls of the window (intra + inter + unclassified)",
+    "intra/inter": "the same, on links inside one node / between nodes",
+    "payload_bytes": "payload S per call summed over calls (one member's view, as collectives "
+    "per_group call_bytes); bytes = payload_bytes x the algorithm's factor (ring all_reduce "
+    "2(n-1), all_gather (n-1), gloo reduce_scatter 2(n-1), ...)",
+    "per_step": "the window's totals divided by its complete steps",
+}
 
 LINKS_SCHEMA = {
     "src": pl.Int64,
@@ -112,6 +124,7 @@ def _by(links: pl.DataFrame, keys: list[str]) -> list[dict[str, Any]]:
         pl.col("bytes").filter(pl.col("link") == "inter").sum().alias("inter"),
         pl.col("bytes").sum().alias("bytes"),
     )
+    out = out.sort(["bytes", *keys], descending=[True] + [False] * len(keys), nulls_last=True)
     return [
         {
             **{k: r[k] for k in keys},
@@ -172,9 +185,24 @@ def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], l
     )
     by_group = sorted(_by(links, ["group", "op"]), key=lambda r: (str(r["group"]), str(r["op"])))
     info = {r["group"]: r for r in meta.unique("group", keep="first").to_dicts()}
+    # payload S summed over the calls that went on the links, to set beside their wire bytes
+    payload = {
+        (r["group"], r["op"]): r["bytes"]
+        for r in calls.filter(pl.col("bytes").is_not_null())
+        .group_by("group", "op")
+        .agg(pl.col("bytes").sum())
+        .to_dicts()
+    }
     for r in by_group:
         g = info.get(r["group"], {})
         r.update(desc=g.get("group_desc"), dim=g.get("dim"), ranks=g.get("group_ranks"))
+        r.update(
+            label=group_label(r["group"], r["desc"], r["dim"], r["ranks"]),
+            payload_bytes=payload.get((r["group"], r["op"])),
+        )
+    for r in summary["by_op"]:
+        known = [v for (_, op), v in payload.items() if op == r["op"]]
+        r["payload_bytes"] = sum(known) if known else None
     by_dim = (
         _by(links.filter(pl.col("dim").is_not_null()), ["dim"])
         if links["dim"].drop_nulls().len()
@@ -194,7 +222,13 @@ def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], l
         per_step["by_dim"] = [
             {**r, **{k: r[k] / steps for k in ("intra", "inter", "bytes")}} for r in by_dim
         ]
+    if calls["bytes"].null_count() == calls.height:  # no call's size known: totals unknown
+        for k in ("intra_node_bytes", "inter_node_bytes", "unclassified_bytes", "total_bytes"):
+            summary[k] = None
+        summary["inter_node_fraction"] = None
+        per_step = None
     summary.update(
+        bytes_counted=BYTES_COUNTED,
         by_group=by_group,
         by_dim=by_dim,
         per_step=per_step,

@@ -35,28 +35,33 @@ def volume_summary(coll: pl.DataFrame, steps: int) -> dict[str, Any] | None:
         ).alias("wire"),
     )
     per_rank = rows.group_by("rank").agg(pl.col("ideal").sum(), pl.col("wire").sum())
-    busiest = int(per_rank.sort("ideal", descending=True)["rank"][0])
+    # ties: the lowest rank, and ops by name, so that every run writes the same summary
+    busiest = int(per_rank.sort(["ideal", "rank"], descending=[True, False])["rank"][0])
     per_op = (
         rows.filter(pl.col("rank") == busiest)
         .group_by("op", "wire_op")
         .agg(pl.len().alias("count"), pl.col("ideal").sum(), pl.col("wire").sum())
-        .sort("ideal", descending=True)
+        .sort(["ideal", "op", "wire_op"], descending=[True, False, False], nulls_last=True)
     )
     top = per_rank.filter(pl.col("rank") == busiest).row(0, named=True)
     ideal, wire = float(top["ideal"]) / steps, float(top["wire"]) / steps
+    # no call's size known (HTA traces without record_param_comms sizes): unknown, not 0
+    known = bool(coll["bytes"].is_not_null().any() or coll["wire_bytes"].is_not_null().any())
+    if not known:
+        ideal = wire = None  # type: ignore[assignment]
     return {
         "rank": busiest,
         "steps": steps,
         "ideal_bytes_per_rank_per_step": ideal,
         "wire_bytes_per_rank_per_step": wire,
-        "wire_to_ideal": wire / ideal if ideal else None,
+        "wire_to_ideal": wire / ideal if ideal and wire is not None else None,
         "per_op": [
             {
                 "op": r["op"],
                 "wire_op": r["wire_op"],
                 "calls_per_step": r["count"] / steps,
-                "ideal_bytes_per_step": r["ideal"] / steps,
-                "wire_bytes_per_step": r["wire"] / steps,
+                "ideal_bytes_per_step": r["ideal"] / steps if known else None,
+                "wire_bytes_per_step": r["wire"] / steps if known else None,
             }
             for r in per_op.iter_rows(named=True)
         ],
