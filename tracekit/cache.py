@@ -40,6 +40,7 @@ _CODE = (
     "cache.py",
     "ingest/kineto.py",
     "ingest/collectives.py",
+    "ingest/devices.py",
     "ingest/_kscan.c",
 )
 

@@ -111,6 +111,7 @@ import polars as pl
 from tracekit.errors import TracekitError
 from tracekit.events import EVENT_SCHEMA, empty_events
 from tracekit.ingest import collectives as coll
+from tracekit.ingest import devices
 from tracekit.runfolder import rank_from_filename
 
 try:
@@ -118,7 +119,7 @@ try:
 except ImportError:  # built without a C compiler: the msgspec path reads everything
     _kscan = None
 
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
+GPU_CATS = devices.DEVICE_CATS  # canonical names (tracekit.ingest.devices)
 COMM_KERNEL = r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel"
 COMM_CPU_OP = r"^(c10d::|_c10d_functional::|c10d_functional::|nccl:|gloo:)|^record_param_comms$"
 _TIME_LIMIT = float(2**62)  # |ns| bound: int64 arithmetic on start/end can never overflow
@@ -141,7 +142,7 @@ class TraceInfo:
     base_ns: int | None  # baseTimeNanoseconds
     pg_config: tuple[dict, ...]  # distributedInfo.pg_config as given
     device_properties: tuple[dict, ...]
-    has_gpu: bool  # any kernel / gpu_memcpy / gpu_memset events
+    has_gpu: bool  # any device work: kernel / gpu_memcpy / gpu_memset / mtia_ccp_events events
     profiler_steps: int  # number of ProfilerStep#N annotations
     warnings: tuple[str, ...]  # one line each: what is missing or was dropped
     # device ('cpu', 'cuda:0', ...) -> max 'Total Allocated' of the profiler's [memory] events
@@ -416,6 +417,8 @@ def _meta(trace: _Trace, warnings: list[str]) -> dict[str, Any]:
         warnings.append("deviceProperties is not a list of objects; ignored")
         devices = ()
     base = trace.baseTimeNanoseconds
+    if isinstance(base, str) and base.strip().isdigit():  # MTIA traces write it as text
+        base = int(base)
     base_ns = _as_int(base, -(2**62), 2**62)
     if base is not None and base_ns is None:
         warnings.append(
@@ -638,6 +641,8 @@ def _kind_expr() -> pl.Expr:
         )
         .when(cat.is_in(["gpu_memcpy", "gpu_memset"]))
         .then(pl.lit("memory"))
+        .when(cat == "mtia_ccp_events")
+        .then(devices.mtia_kind())
         .when(cat == "cuda_sync")
         .then(pl.lit("sync"))
         .when(cat == "cpu_op")
@@ -654,7 +659,7 @@ def _kind_expr() -> pl.Expr:
         )
         .when(cat == "gpu_user_annotation")
         .then(pl.lit("annotation"))
-        .when(cat.is_in(["cuda_runtime", "cuda_driver"]))
+        .when(cat.is_in(devices.RUNTIME_CATS))
         .then(pl.lit("runtime"))
         .otherwise(pl.lit("other"))
     )
@@ -884,7 +889,7 @@ def _events_frame(
     if not decoded.xframe.height:
         warnings.append("no complete (ph 'X') events")
         return empty_events()
-    frame = _drop_bad_times(decoded.xframe, base_ns, warnings)
+    frame = devices.canonical_cats(_drop_bad_times(decoded.xframe, base_ns, warnings))
     is_gpu = pl.col("cat").is_in(GPU_CATS)
     frame = frame.join(
         _classes(frame),
@@ -899,6 +904,11 @@ def _events_frame(
         .then(pl.coalesce("stream_arg", pl.col("tid").cast(pl.Int64, strict=False)))
         .alias("stream"),
         pl.lit(rank, dtype=pl.Int32).alias("rank"),
+        # an Event Sync (stream -1) is the host waiting on an event: it occupies no stream
+        pl.when((pl.col("cat") == "cuda_sync") & (pl.col("stream_arg") == -1))
+        .then(pl.lit("other"))
+        .otherwise(pl.col("kind"))
+        .alias("kind"),
     )
     calls = frame.filter(pl.col("family").is_not_null()).select(
         "i", "cat", "name", "kind", "coll_name", "family", "op", "arg_index", "scale_n"
@@ -999,12 +1009,13 @@ def _read_decoded(
     chosen, source = _choose_rank(path, meta.pop("rank"), rank, warnings)
     group_size = uniform_group_size(meta["pg_config"])
     frame = _events_frame(decoded, chosen, meta["base_ns"], group_size, warnings, path)
+    warnings.extend(devices.device_warnings(frame, meta["device_properties"]))
     info = TraceInfo(
         path=path,
         rank=chosen,
         rank_source=source,
         **meta,
-        has_gpu=bool(frame["cat"].is_in(["kernel", "gpu_memcpy", "gpu_memset"]).any()),
+        has_gpu=bool(frame["cat"].is_in(devices.WORK_CATS).any()),
         profiler_steps=_count_steps(frame),
         warnings=tuple(warnings),
         memory_peak_bytes=memory_peaks(decoded.memory_args, path),
