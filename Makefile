@@ -1,0 +1,25 @@
+# Developer shortcuts; run them inside the venv that has `pip install -c constraints-cpu.txt -e '.[test,dev]'`.
+PYTHON ?= python
+
+.PHONY: lint format test-fast test ci
+
+# ruff as pinned in pyproject.toml's dev extra (the same checks CI runs)
+lint:
+	ruff check .
+	ruff format --check .
+
+format:
+	ruff format .
+	ruff check --fix .
+
+# no multi-process jobs, no browser: under 3 minutes on 2 cores (tests/conftest.py says what is slow)
+test-fast:
+	$(PYTHON) -m pytest -q -m "not slow"
+
+# everything, as CI runs it (about 15 minutes on 2 cores)
+test:
+	$(PYTHON) -m pytest -q
+
+# the CI check on this machine: a clean venv, the README's two commands, ruff (as root: apt-get)
+ci:
+	bash .ci/run
