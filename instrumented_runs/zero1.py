@@ -47,6 +47,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
+from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
 from instrumented_runs.model import GPT, PRECISIONS
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer
 from tracekit import labels
@@ -62,7 +63,7 @@ def reduce_scatter_grads(
     """Sum the flat gradient over the group; this rank receives its slice (in place: the
     output is the input's own slice, which gloo and NCCL both allow)."""
     with region(labels.comm("reduce_scatter", "grads")):
-        dist.reduce_scatter_tensor(grad_shard, flat_grad, op=dist.ReduceOp.SUM, group=group)
+        reduce_scatter_single(grad_shard, flat_grad, op=dist.ReduceOp.SUM, group=group)
 
 
 def all_gather_params(
@@ -70,7 +71,7 @@ def all_gather_params(
 ) -> None:
     """Rebuild the full flat parameters from every rank's updated slice (in place)."""
     with region(labels.comm("all_gather", "params")):
-        dist.all_gather_into_tensor(flat_param, param_shard, group=group)
+        all_gather_single(flat_param, param_shard, group=group)
 
 
 # --- the strategy ------------------------------------------------------------------------------

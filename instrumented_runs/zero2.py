@@ -49,6 +49,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
+from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
 from instrumented_runs.model import GPT, PRECISIONS
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer, split_into_buckets
 from tracekit import labels
@@ -77,7 +78,7 @@ class Bucket:
 def reduce_scatter_bucket(bucket: Bucket, group: dist.ProcessGroup) -> dist.Work:
     """Launch the asynchronous sum of one bucket's gradient; this rank receives its slice."""
     with region(labels.comm("reduce_scatter", labels.bucket(bucket.index))):
-        return dist.reduce_scatter_tensor(
+        return reduce_scatter_single(
             bucket.grad_shard, bucket.grad_full, op=dist.ReduceOp.SUM, group=group, async_op=True
         )
 
@@ -93,7 +94,7 @@ def all_gather_bucket(
 ) -> dist.Work:
     """Launch the rebuild of one bucket's parameters from every rank's updated slice (in place)."""
     with region(labels.comm("all_gather", labels.bucket(bucket.index))):
-        return dist.all_gather_into_tensor(
+        return all_gather_single(
             flat_param, bucket.layout.shard(flat_param, rank), group=group, async_op=True
         )
 

@@ -58,6 +58,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
+from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
 from instrumented_runs.model import GPT, PRECISIONS, loss_fn
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer, UnitActivationMeter
 from tracekit import labels
@@ -96,7 +97,7 @@ class Unit:
 def all_gather_unit(unit: Unit, direction: str, group: dist.ProcessGroup) -> dist.Work:
     """Launch the rebuild of the unit's parameters from every rank's slice."""
     with region(labels.all_gather_unit(unit.index, direction)):
-        return dist.all_gather_into_tensor(unit.full, unit.shard, group=group, async_op=True)
+        return all_gather_single(unit.full, unit.shard, group=group, async_op=True)
 
 
 def wait_gather(unit: Unit, direction: str) -> None:
@@ -108,7 +109,7 @@ def wait_gather(unit: Unit, direction: str) -> None:
 def reduce_scatter_unit(unit: Unit, group: dist.ProcessGroup) -> dist.Work:
     """Launch the sum of the unit's gradient over the group; this rank receives its slice."""
     with region(labels.reduce_scatter_unit(unit.index)):
-        return dist.reduce_scatter_tensor(
+        return reduce_scatter_single(
             unit.grad_shard, unit.grad_full, op=dist.ReduceOp.SUM, group=group, async_op=True
         )
 
