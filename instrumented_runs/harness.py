@@ -295,7 +295,9 @@ def start(
 # --- the loop -----------------------------------------------------------------------------------
 
 
-def _one_step(ctx: Context, k: int, step_fn: Callable[[int], float], losses: list[float]) -> None:
+def _one_step(
+    ctx: Context, k: int, step_fn: Callable[[int], float | None], losses: list[float | None]
+) -> None:
     if ctx.args.fail_rank == ctx.rank and ctx.args.fail_step == k:
         raise RuntimeError(f"injected failure on rank {ctx.rank} at step {k} (test hook)")
     if os.environ.get("TRACEKIT_HANG_RANK") == str(ctx.rank) and os.environ.get(
@@ -305,19 +307,22 @@ def _one_step(ctx: Context, k: int, step_fn: Callable[[int], float], losses: lis
         while True:  # a hang: only a signal ends it
             time.sleep(3600)
     t0 = time.perf_counter()
-    loss = float(step_fn(k))
+    out = step_fn(k)
     ctx.step_times.append(time.perf_counter() - t0)
+    # None: this rank does not hold the loss (a pipeline stage before the last); no number is
+    # logged or kept for it, rather than a NaN
+    loss = None if out is None else float(out)
     losses.append(loss)
     if ctx.rank == 0:
         kind = "warm-up" if k < ctx.args.warmup else "profiled"
-        _log(
-            f"[{ctx.strategy}] step {k} ({kind}) loss {loss:.4f} {ctx.step_times[-1] * 1e3:.1f} ms"
-        )
+        shown = "" if loss is None else f" loss {loss:.4f}"
+        _log(f"[{ctx.strategy}] step {k} ({kind}){shown} {ctx.step_times[-1] * 1e3:.1f} ms")
 
 
-def train(ctx: Context, step_fn: Callable[[int], float]) -> list[float]:
-    """Run W unprofiled warm-up steps, then S steps under the profiler; this rank's losses per step."""
-    losses: list[float] = []
+def train(ctx: Context, step_fn: Callable[[int], float | None]) -> list[float | None]:
+    """Run W unprofiled warm-up steps, then S steps under the profiler; this rank's losses per
+    step (None for the steps whose loss this rank does not hold: ``step_fn`` returned None)."""
+    losses: list[float | None] = []
     try:
         # phase: warm-up (allocators, gloo connections, autograd caches), not traced
         for k in range(ctx.args.warmup):

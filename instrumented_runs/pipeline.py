@@ -47,7 +47,6 @@ keeps for backward on this stage; a microbatch's are freed by its backward. So t
 
 from __future__ import annotations
 
-import math
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -337,11 +336,11 @@ class StageRunner:
         """Forget sends that completed (PipeDream never flushes)."""
         self.sends = [w for w in self.sends if not w.is_completed()]
 
-    def step_loss(self, mbs: Iterable[int]) -> float:
-        """Mean loss of these microbatches (last stage), NaN elsewhere: only the last stage knows."""
+    def step_loss(self, mbs: Iterable[int]) -> float | None:
+        """Mean loss of these microbatches (last stage), None elsewhere: only the last stage knows."""
         mbs = list(mbs)
         if not self.stage.last:
-            return math.nan
+            return None
         return sum(self.losses.pop(j) for j in mbs) / len(mbs)
 
 

@@ -44,7 +44,6 @@ Run: ``tracekit run pp-pipedream --nproc 4 --microbatches 8``.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -175,7 +174,7 @@ class PipeDream:
     def versions_held(self) -> int:
         return len(self.versions)
 
-    def train_step(self, k: int, last_step: bool) -> float:
+    def train_step(self, k: int, last_step: bool) -> float | None:
         """Stream ops 2mk .. 2m(k+1)-1: m forwards and m backwards of the endless 1F1B stream."""
         r, m = self.runner, self.runner.m
         r.begin_step()
@@ -196,7 +195,7 @@ class PipeDream:
                 wait_sends(r.sends, "end")  # comm:wait:sends:end: training ends, no flush
         r.end_step(k, weight_versions=max_versions)
         done = [e["mb"] for e in self.log if e["step"] == k] if r.stage.last else []
-        return r.step_loss(done) if r.stage.last else math.nan
+        return r.step_loss(done)  # None off the last stage (share_losses fills it in later)
 
     # --- the numerical check the tests run (TRACEKIT_PP_CHECK=1) -----------------------------------
     def _want_check(self, staleness: int) -> bool:
@@ -257,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         optimizer,
     )
 
-    def step(k: int) -> float:
+    def step(k: int) -> float | None:
         k_now[0] = k
         return pd.train_step(k, last_step=k == ctx.total_steps - 1)
 
