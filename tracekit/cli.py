@@ -7,15 +7,19 @@ Progress and logs go to stderr; results (tables, the run folder's path) to stdou
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tracekit.errors import TracekitError
 
@@ -23,8 +27,11 @@ _err = Console(stderr=True)
 
 
 def _out() -> Console:
-    """stdout console; wide when piped so tables are not cut to 80 columns."""
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    """stdout console: the terminal's width, or COLUMNS; wide (160) when piped without COLUMNS.
+    Tables are stacked to fit whatever width this is (fit_tables), so numbers are never cut."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()
+    return Console(width=160)
 
 
 def _ranks_option(value: str | None) -> list[int] | None:
@@ -43,23 +50,12 @@ def _ranks_option(value: str | None) -> list[int] | None:
     return out
 
 
-def rank_table(summary: dict) -> Table:
-    """The per-rank breakdown as a rich table (seconds, and percent of span)."""
+def rank_table(summary: dict, width: int | None = None) -> Group:
+    """The per-rank breakdown (seconds, and percent of span), stacked to fit ``width``."""
     win = summary["window"]
-    t = Table(title=f"per-rank breakdown ({win['kind']}, {win['steps']} steps)")
-    for col in (
-        "rank",
-        "node",
-        "span s",
-        "step s",
-        "compute",
-        "comm",
-        "overlap",
-        "exposed",
-        "other",
-        "idle",
-    ):
-        t.add_column(col, justify="right")
+    head = ["rank", "node", "span s", "step s", "compute", "comm", "overlap", "exposed"]
+    head += ["other", "idle"]
+    rows = []
     for r in summary["ranks"]:
         span = r["span_s"] or 0.0
 
@@ -68,47 +64,99 @@ def rank_table(summary: dict) -> Table:
             return f"{v:.4f} ({100 * v / span:.0f}%)" if span else f"{v:.4f}"
 
         step = r.get("step_time_s")
-        t.add_row(
-            str(r["rank"]),
-            str(r["node"]),
-            f"{span:.4f}",
-            "-" if step is None else f"{step:.4f}",
-            cell("compute_s"),
-            cell("comm_s"),
-            cell("overlap_s"),
-            cell("exposed_comm_s"),
-            cell("other_s"),
-            cell("idle_s"),
+        rows.append(
+            [
+                str(r["rank"]),
+                str(r["node"]),
+                f"{span:.4f}",
+                "-" if step is None else f"{step:.4f}",
+                *(cell(k) for k in ("compute_s", "comm_s", "overlap_s", "exposed_comm_s")),
+                cell("other_s"),
+                cell("idle_s"),
+            ]
         )
-    return t
+    title = f"per-rank breakdown ({win['kind']}, {win['steps']} steps)"
+    return fit_tables(title, head, rows, keys=2, width=width)
 
 
-def pipeline_table(summary: dict) -> Table | None:
+def pipeline_table(summary: dict) -> Group | None:
     """The pipeline section (bubbles per stage against theory and replay), if the run has one."""
     if not summary.get("pipeline"):
         return None
     from tracekit.analyses.pipeline import table
 
     title, head, rows = table(summary["pipeline"])
-    t = Table(title=title)
-    for h in head:
-        t.add_column(h, justify="right")
-    for row in rows:
-        t.add_row(*row)
-    return t
+    return fit_tables(title, head, [[str(c) for c in row] for row in rows], keys=2)
 
 
-def comparison_table(names: list[str], results: list) -> Table:
-    """Several runs side by side (tracekit.report.compare_table) as a rich table."""
+def comparison_table(names: list[str], results: list, width: int | None = None) -> Group:
+    """Several runs side by side (tracekit.report.compare_table), stacked to fit ``width``.
+
+    The names are display names (tracekit.runname), which start with the strategy, so the
+    strategy column is left out; bubble and all-gather hidden come next to the time columns."""
     from tracekit.report import compare_table
 
     title, head, rows = compare_table([(n, r.summary) for n, r in zip(names, results)])
-    t = Table(title=title)
-    for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i < 2 else "right")
-    for row in rows:
-        t.add_row(*row)
-    return t
+    order = [i for i, h in enumerate(head) if h != "strategy"]
+    for moved in ("bubble", "all-gather hidden"):
+        if moved in head:
+            order.remove(head.index(moved))
+            order.insert(order.index(head.index("idle %")) + 1, head.index(moved))
+    head = [head[i] for i in order]
+    rows = [[row[i] for i in order] for row in rows]
+    return fit_tables(title, head, rows, keys=1, width=width, left=1)
+
+
+def fit_tables(
+    title: str,
+    head: list[str],
+    rows: list[list[str]],
+    keys: int = 1,
+    width: int | None = None,
+    left: int = 0,
+) -> Group:
+    """Rich tables of these columns, as many as it takes to fit ``width`` (default: the stdout
+    console's): the first ``keys`` columns (what names a row) in every one, the others packed in
+    order. A cell is never cut or wrapped (each column is at least as wide as its widest cell);
+    headers wrap between words."""
+    width = width or _out().width
+
+    def content(i: int) -> int:  # the widest cell, or the header's longest word
+        words = max((cell_len(w) for w in head[i].split()), default=0)
+        return max([words, *(cell_len(row[i]) for row in rows)])
+
+    def need(i: int) -> int:  # the column's width in the box: content, padding, one rule
+        return content(i) + 3
+
+    base = 1 + sum(need(i) for i in range(keys))
+    groups: list[list[int]] = [[]]
+    used = base
+    for i in range(keys, len(head)):
+        if groups[-1] and used + need(i) > width:
+            groups.append([])
+            used = base
+        groups[-1].append(i)
+        used += need(i)
+    tables: list[Text | Table] = [Text(title)]  # once, wrapped at the console, not each table
+    for group in groups:
+        cols = [*range(keys), *group]
+        widths = {i: content(i) for i in cols}
+        slack = width - 1 - sum(w + 3 for w in widths.values())
+        # room left: headers on one line, the shortest first (the most headers unwrapped)
+        for i in sorted(cols, key=lambda i: cell_len(head[i]) - widths[i]):
+            grow = min(max(cell_len(head[i]) - widths[i], 0), slack)
+            widths[i] += grow
+            slack -= grow
+        t = Table()
+        for i in cols:
+            # a fixed width: rich would otherwise shrink the widest column first, cells included
+            t.add_column(
+                head[i], justify="left" if i < left else "right", width=widths[i], overflow="fold"
+            )
+        for row in rows:
+            t.add_row(*(Text(row[i]) for i in cols))  # text, never markup
+        tables.append(t)
+    return Group(*tables)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -246,17 +294,43 @@ DEMO_RUNS: list[tuple[str, dict]] = [
 ]
 
 
+class _JobOutput:
+    """Where the demo's launcher copies the job's output: not to the terminal (every line is
+    kept in <run>/logs/launcher.log and each rank's in logs/rank<R>.stdout.log / .stderr.log);
+    only rank 0's latest step line reaches the progress line, through ``show``."""
+
+    _STEP = re.compile(r"^(?:\[\w+\]:)?\[[\w.-]+\] (step \d+ \([\w-]+\))")
+
+    def __init__(self, show: Callable[[str], None]) -> None:
+        self.show, self._partial = show, ""
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            if m := self._STEP.match(line):
+                self.show(m[1])
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 @cli.command("demo")
 @click.option(
     "--out", type=click.Path(path_type=Path), default=Path("runs"), help="parent of the run folders"
 )
 @click.option("--only", default=None, help="comma-separated strategies to run (default: all)")
 def demo_cmd(out: Path, only: str | None) -> None:
-    """The main job: every strategy on CPU, analysed, a comparison report written."""
+    """The main job: every strategy on CPU, analysed, a comparison report written.
+
+    The terminal shows one progress line per run; the ranks' output goes to each run's logs/."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     from tracekit.analyze import analyze, default_out_dir, write_analysis
     from tracekit.launch import RunOptions, run_job
-    from tracekit.report import run_names, write_report
+    from tracekit.report import write_report
     from tracekit.runfolder import load_run_json
+    from tracekit.runname import display_name, display_names
 
     wanted = None if only is None else {s.strip() for s in only.split(",") if s.strip()}
     runs = [(s, o) for s, o in DEMO_RUNS if wanted is None or s in wanted]
@@ -264,25 +338,59 @@ def demo_cmd(out: Path, only: str | None) -> None:
         raise click.UsageError(f"--only {only!r} names no demo strategy")
     console = _out()
     done, results, failed = [], [], []
+    t_demo = time.perf_counter()
+    _err.print(
+        f"tracekit demo: {len(runs)} runs into {escape(str(out))}/ (rank output: <run>/logs/)",
+        highlight=False,
+    )
     for i, (strategy, options) in enumerate(runs, 1):
-        _err.print(f"[bold]demo {i}/{len(runs)}:[/] {strategy} {options}", highlight=False)
-        run_dir = run_job(RunOptions(strategy=strategy, out=out, **options))
-        if (load_run_json(run_dir) or {}).get("status") != "ok":
-            failed.append(strategy)
-            _err.print(f"[red]demo:[/] {strategy} failed; see {run_dir}/run.json", highlight=False)
-            continue
-        result = analyze(run_dir)
-        write_analysis(result, default_out_dir(run_dir))
-        done.append(run_dir)
-        results.append(result)
-        console.print(f"[bold]{strategy}[/]  {run_dir}", highlight=False)
-        console.print(rank_table(result.summary))
+        name = display_name({"strategy": strategy, "config": options})
+        label = f"run {i}/{len(runs)} {name}"
+        t0 = time.perf_counter()
+        # a live line on a terminal only (elsewhere rich would leave an empty line per run)
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=_err,
+            transient=True,
+            disable=not _err.is_terminal,
+        ) as progress:
+            task = progress.add_task(escape(f"{label} starting"))
+
+            def show(what: str, task=task, progress=progress, label=label) -> None:
+                progress.update(task, description=escape(f"{label} {what}"))
+
+            run_dir = run_job(
+                RunOptions(strategy=strategy, out=out, **options), log=_JobOutput(show)
+            )
+            status = (load_run_json(run_dir) or {}).get("status")
+            if status == "ok":
+                show("analysing")
+                result = analyze(run_dir)
+                write_analysis(result, default_out_dir(run_dir))
+                done.append(run_dir)
+                results.append(result)
+        took = f"{time.perf_counter() - t0:.1f} s"
+        if status == "ok":
+            _err.print(f"{escape(label)} ... {took}", highlight=False)
+        else:
+            failed.append(name)
+            _err.print(
+                f"{escape(label)} ... [red]{escape(str(status))}[/] after {took}: "
+                f"see {escape(str(run_dir))}/logs/",
+                highlight=False,
+            )
+    _err.print(f"{len(runs)} runs in {time.perf_counter() - t_demo:.1f} s", highlight=False)
     if results:
-        names = run_names(done)
-        console.print(comparison_table(names, results), markup=False, highlight=False)
+        names = display_names(done)
+        console.print(comparison_table(names, results, width=console.width))
         report = Path(out) / "demo-report.html"
         write_report(done, report, "html", analyses=results, names=names)
-        console.print(f"comparison report: {report}", highlight=False)
+        console.print(
+            f"next: `tracekit dash {escape(str(out))}` / open {escape(str(report))}",
+            highlight=False,
+        )
     if failed:
         print(f"tracekit: demo: {', '.join(failed)} failed", file=sys.stderr)
         sys.exit(1)
@@ -348,11 +456,12 @@ def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> No
 def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     """Compare runs side by side: a table on stdout (and a report with -o)."""
     from tracekit.analyze import analyze
-    from tracekit.report import run_names, write_report
+    from tracekit.report import write_report
+    from tracekit.runname import display_names
 
     if len(paths) < 2:
         raise click.UsageError("compare needs at least two paths")
-    names = run_names(list(paths))
+    names = display_names(list(paths))
     results = []
     with _err.status("comparing") as status:
         for i, p in enumerate(paths, 1):
@@ -363,7 +472,7 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
             write_report(
                 list(paths), out, fmt or _format_from_suffix(out), analyses=results, names=names
             )
-    _out().print(comparison_table(names, results), markup=False, highlight=False)
+    _out().print(comparison_table(names, results))
     if out is not None:
         _err.print(f"wrote {out}", highlight=False)
 
