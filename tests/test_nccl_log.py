@@ -18,6 +18,7 @@ from tracekit.errors import TracekitError
 from tracekit.ingest.nccl_log import rank_layout, read_nccl_logs, ring_order
 
 DATA = Path(__file__).parent / "data" / "nccl"
+GPU = Path(__file__).parent / "data" / "gpu"
 IB_16 = DATA / "nccl_issue1412_ib_2nodes_16ranks.log"  # 2.19+, nccl-tests, 2 x 8 GPUs
 V2_10 = DATA / "nccl_issue133_2.10.3_2nodes.log"  # NCCL 2.10.3, 2 x 8 A800
 TORCH_4 = DATA / "nccl_pytorch75658_4gpus.log"  # torch, 4 processes, 1 host
@@ -62,8 +63,17 @@ def test_two_nodes_ib_16_ranks():
     assert rings["complete"].all()
     assert rings["order"][3].to_list() == [0, 5, 12, 15, 14, 11, 10, 9, 8, 13, 4, 7, 6, 3, 2, 1]
     layout = rank_layout(log)
-    assert layout[6] == {"host": "swat1-04", "node": 0, "local_rank": 6}
-    assert sorted(layout) == [3, 5, 6, 7]
+    assert layout[6] == {"host": "swat1-04", "node": 0, "local_rank": 6, "source": "init"}
+    # one node's INIT lines of two: the other 12 ranks placed from localRanks 8, and said so
+    assert sorted(layout) == list(range(16))
+    assert {r for r, v in layout.items() if v["source"] == "init"} == {3, 5, 6, 7}
+    assert layout[12] == {"host": None, "node": 1, "local_rank": 4, "source": "localRanks"}
+    assert layout[0] == {"host": "swat1-04", "node": 0, "local_rank": 0, "source": "localRanks"}
+    assert len({v["node"] for v in layout.values()}) == 2  # as the log's nNodes 2 says
+    assert (
+        "NCCL logs cover 4 of 16 ranks (nNodes 2, 1 seen): ranks 0-2,4,8-15 placed from "
+        "localRanks only (node = rank // 8)"
+    ) in log.warnings
 
 
 def test_transports_and_trees():
@@ -96,8 +106,19 @@ def test_nccl_2_10_version_rings_and_trees_without_comm_lines():
     assert ring_order(log, nranks=8) is None
     r12 = log.trees.filter(log.trees["rank"] == 12).sort("channel")
     assert r12.select("up", "down").rows() == [(4, [13]), (None, [13, 4])]
-    assert log.comms.height == 0 and rank_layout(log) == {}
-    assert any("no communicator lines" in w for w in log.warnings)
+    assert log.comms.height == 0
+    # no INIT lines, but nccl-tests' header places rank 15 (the excerpt keeps only that one)
+    assert log.placements.select("rank", "host", "pid", "device", "bus_id", "group").rows() == [
+        (15, "nodeb", 65671, 7, "0xcf", None)
+    ]
+    assert log.placements["gpu"][0] == "NVIDIA A800-SXM4-80GB"
+    assert rank_layout(log) == {
+        15: {"host": "nodeb", "node": 0, "local_rank": None, "source": "nccl-tests"}
+    }
+    assert any("no communicator lines" in w and "nccl-tests" in w for w in log.warnings)
+    assert "NCCL logs cover 1 of at least 16 ranks (1 host seen): ranks 0-14 unknown" in (
+        log.warnings
+    )
 
 
 def test_pytorch_four_processes():
@@ -118,7 +139,15 @@ def test_ring_links_and_hosts_with_the_same_name():
         comm["local_rank"],
     ) == (3, 4, 2, 2, 1)
     # both nodes are called "ubuntu": the node comes from rank // localRanks
-    assert rank_layout(log) == {3: {"host": "ubuntu", "node": 1, "local_rank": 1}}
+    layout = rank_layout(log)
+    assert layout[3] == {"host": "ubuntu", "node": 1, "local_rank": 1, "source": "init"}
+    assert {r: (v["node"], v["local_rank"], v["source"]) for r, v in layout.items()} == {
+        0: (0, 0, "localRanks"),
+        1: (0, 1, "localRanks"),
+        2: (1, 0, "localRanks"),
+        3: (1, 1, "init"),
+    }
+    assert any("cover 1 of 4 ranks (nNodes 2, 1 seen): ranks 0-2" in w for w in log.warnings)
     order = ring_order(log)
     assert order == [0, 1, 2, 3]
     links = {
@@ -187,6 +216,104 @@ def test_old_init_complete_lines_two_hosts():
     }
     assert layout[8]["host"] == "A03-R28-I49-3-9000018"
     assert layout[8]["local_rank"] is None  # only 8 of 16 ranks logged: not guessed
+    # no localRanks in this format: the other 8 are not placed, and the warning says which
+    assert (
+        "NCCL logs cover 8 of 16 ranks (2 hosts seen): ranks 0,1,3,6,7,10,11,13 unknown"
+        in log.warnings
+    )
+
+
+def test_nccl_tests_headers_place_ranks_on_hosts():
+    log = read_nccl_logs(TUNING)  # mpirun's "[0] " tag in front of each header
+    p = log.placements.sort("rank")
+    assert p["rank"].to_list() == list(range(1, 15))
+    assert p.filter(p["rank"] == 8).select("host", "pid", "device", "bus_id", "group").rows() == [
+        ("h100clust-worker-32", 496763, 0, "0xa4", 0)
+    ]
+    assert set(p["gpu"]) == {"NVIDIA H100 80GB HBM3"} and p["line"].to_list()[0] == 2
+    layout = rank_layout(log)
+    assert {r: v["node"] for r, v in layout.items()} == {r: int(r >= 8) for r in range(1, 15)}
+    assert {v["source"] for v in layout.values()} == {"nccl-tests"}
+    # ring lines name ranks up to 23: the job has at least 24
+    assert "NCCL logs cover 14 of at least 24 ranks (2 hosts seen): ranks 0,15-23 unknown" in (
+        log.warnings
+    )
+
+
+def test_header_and_init_lines_together(tmp_path):
+    """nccl-tests' headers give the hosts of ranks whose INIT lines are not in the log."""
+    init = [l for l in IB_16.read_text().splitlines() if "comm 0x" in l]
+    heads = [
+        f"#  Rank {r:2d} Group  0 Pid 2017630 on {'swat1-04' if r < 8 else 'swat1-05'} "
+        f"device {r % 8:2d} [0x{r:02x}] NVIDIA H100"
+        for r in range(16)
+    ]
+    (tmp_path / "a.log").write_text("\n".join(heads + init) + "\n")
+    log = read_nccl_logs(tmp_path / "a.log")
+    layout = rank_layout(log)
+    assert layout[12] == {"host": "swat1-05", "node": 1, "local_rank": 4, "source": "nccl-tests"}
+    assert layout[6]["source"] == "init" and layout[6]["host"] == "swat1-04"
+    assert not any("cover" in w for w in log.warnings)
+
+
+def test_lines_cut_off_mid_text_are_named(tmp_path):
+    lines = IB_16.read_text().splitlines()
+    cut = [
+        lines[1][:-22],  # "comm ... localRanks 8 localRa": a key without its value
+        lines[8][:-9],  # "Trees [0] ... [7] 2/-1/-" : a half-written item
+        lines[12][: lines[12].index(" 6[6]") + 3],  # "Channel 00/0 : 7[7] -> 6": no "via"
+        lines[13][:40] + lines[14],  # another process's prefix inside a message
+    ]
+    body = "\n".join(lines[2:7] + cut) + "\n" + lines[2][:-30]  # the file ends mid-line
+    (tmp_path / "cut.log").write_bytes(body.encode())
+    log = read_nccl_logs(tmp_path / "cut.log")
+    (w,) = [w for w in log.warnings if "cut off mid-text" in w]
+    assert w.startswith("5 lines cut off mid-text, parsed as far as they go: ")
+    assert f"{tmp_path / 'cut.log'}:6: comm line cut off" in w
+    assert f"{tmp_path / 'cut.log'}:7: Trees line cut off" in w
+    assert f"{tmp_path / 'cut.log'}:8: link line cut off" in w
+    assert "(and 2 more)" in w
+    # parsed as far as it goes: the comm line still gives rank 6 of 16
+    assert 6 in log.comms["rank"].to_list()
+    # the whole fixture files have no cut lines but NCCL's own 1024-byte cut in the GPU run
+    for f in sorted(DATA.glob("*.log")):
+        assert not any("cut off" in w for w in read_nccl_logs(f).warnings), f
+    gpu = read_nccl_logs(GPU / "dp-cuda-nccl")
+    assert any(
+        "vm.490.log:288: Trees line cut off at NCCL's 1024-byte line limit" in w
+        for w in gpu.warnings
+    )
+    (tmp_path / "h.log").write_text(
+        "#  Rank  1 Group  0 Pid 497889 on h100clust-wor\n" + lines[1] + "\n"
+    )
+    assert any(
+        "h.log:1: nccl-tests rank header cut off" in w
+        for w in read_nccl_logs(tmp_path / "h.log").warnings
+    )
+
+
+def _log_folders(tmp_path: Path) -> list[Path]:
+    """Every NCCL log of the test data as a run folder: each tests/data/nccl file on its own,
+    and the GPU runs of tests/data/gpu that kept their logs."""
+    runs = []
+    for f in sorted(DATA.glob("*.log")):
+        run = tmp_path / f.stem
+        (run / "nccl").mkdir(parents=True)
+        (run / "run.json").write_text("{}")
+        (run / "nccl" / f.name).write_bytes(f.read_bytes())
+        runs.append(run)
+    runs += [d for d in sorted(GPU.iterdir()) if list((d / "nccl").glob("*.log"))]
+    return runs
+
+
+def test_topology_layout_is_rank_layout_on_every_log(tmp_path):
+    from tracekit.topology import nccl_layout
+
+    runs = _log_folders(tmp_path)
+    assert len(runs) >= 7
+    for run in runs:
+        direct = rank_layout(read_nccl_logs(run))
+        assert nccl_layout(run) == (direct or None), run
 
 
 def test_snippet_formats(tmp_path):

@@ -66,32 +66,12 @@ def run_nccl_logs(path: Any) -> Any:
 
 
 def nccl_layout(path: Any) -> dict[int, dict[str, Any]] | None:
-    """rank -> {host, node, local_rank} from the NCCL logs in <run>/nccl/, or None without logs.
-
-    Logs often hold only some ranks (only rank 0's file kept, or an excerpt). When the world
-    communicator's lines give ``localRanks`` (NCCL 2.19+), a rank the logs do not show is put on
-    node rank // localRanks (``inferred``: contiguous placement, as torchrun and SLURM place).
-    """
+    """rank -> {host, node, local_rank, source} from the NCCL logs in <run>/nccl/, or None
+    without logs: tracekit.ingest.nccl_log.rank_layout of those logs (the one derivation: INIT
+    lines, nccl-tests headers, and localRanks for the ranks the logs do not show)."""
     from tracekit.ingest.nccl_log import rank_layout
 
     log = run_nccl_logs(path)
     if log is None:
         return None
-    layout = rank_layout(log)
-    comms = log.comms
-    if comms.height:
-        n = int(comms["nranks"].max())
-        world = comms.filter(comms["nranks"] == n)
-        per_node = world["local_ranks"].drop_nulls().unique().to_list()
-        if len(per_node) == 1 and per_node[0] > 0:
-            for r in range(n):
-                layout.setdefault(
-                    r,
-                    {
-                        "host": None,
-                        "node": r // per_node[0],
-                        "local_rank": r % per_node[0],
-                        "inferred": True,
-                    },
-                )
-    return layout or None
+    return rank_layout(log) or None

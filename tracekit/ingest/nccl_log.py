@@ -32,6 +32,21 @@ NVIDIA/nccl and pytorch/pytorch issues:
   op name, time in us) and ``AllReduce: 4 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..0}``
   (2.22+: names, no time).
 
+* nccl-tests' rank headers, which place every rank of the job on its host (rank 0's output
+  lists them all): ``#  Rank  0 Group  0 Pid  1234 on  host1 device  0 [0x1b] NVIDIA H100``
+  (``Group`` since nccl-tests 2.1x; older ones print ``#   Rank 15 Pid  65671 on nodeb device  7
+  [0xcf] ...``). Kept in ``placements`` (rank, host, pid, device, bus_id, gpu, group).
+
+A line cut off mid-text (the file ends without its newline, another process's prefix starts
+inside the message, or a message ends where its format cannot: a key without its value, a
+``Trees`` item or an arrow half written) is parsed as far as it goes and named in a warning
+with its file and line number.
+
+Which rank runs on which node (``rank_layout``) comes from every source of placement at once:
+INIT lines (host, localRank), nccl-tests headers (host), ``localRanks``/``nNodes``/``nranks``
+(ranks the logs do not show); tracekit.ingest.nccl_placement derives it, and warns when the
+logs cover only part of the job.
+
 Lines that name a thread are attributed to the communicator that thread is initialising: the one
 opened by an ``nRanks``/``Init START`` line, or, in the older format where the comm line comes
 last, the next ``Init COMPLETE`` on that thread. Lines with no such comm keep ``comm_id`` null.
@@ -44,6 +59,7 @@ UTF-8 are skipped and counted; so are "lines" over 4 MiB (binary garbage).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import re
 import zlib
@@ -59,6 +75,16 @@ from tracekit.errors import TracekitError
 
 # Only lines holding one of these can matter; the rest are skipped before any regex.
 _KEYWORDS = re.compile(rb"Channel |Ring |Tree| Bytes -> Algo |comm 0x|NCCL version|NCCL WARN")
+_HEADER = re.compile(
+    r"#\s+Rank\s+(?P<rank>\d{1,9})(?:\s+Group\s+(?P<group>\d{1,9}))?\s+Pid\s+(?P<pid>\d{1,18})"
+    r"\s+on\s+(?P<host>\S+)\s+device\s+(?P<dev>\d{1,9})\s+\[(?P<bus>0x[0-9a-fA-F]+)\]"
+    r"(?:\s+(?P<gpu>\S.*?))?\s*$"
+)
+_HEADER_START = re.compile(r"#\s+Rank\s+\d")
+# keys a comm line carries a value after: one of these (or the start of one) last is a cut line
+_COMM_KEYS = ("nNodes", "localRanks", "localRank", "cudaDev", "nvmlDev", "busId", "commId")
+_COMM_KEYS += ("MNNVL", "parent", "color", "key", "nranks", "nRanks", "rank")
+_MAX_CUT_NAMED = 3  # cut lines named in the warning; the rest are counted
 _MAX_LINE = 1 << 22  # a longer "line" is binary garbage: skipped, counted
 _NOT_LOGS = (".json", ".json.gz", ".pkl", ".pickle", ".pt", ".parquet", ".npz")
 
@@ -84,6 +110,7 @@ _TRANSPORT = re.compile(
 _TREE_ITEM = re.compile(
     r"\[(\d{1,9})\] ?(-?\d{1,9}(?:/-?\d{1,9})*)->(-?\d{1,9})->(-?\d{1,9}(?:/-?\d{1,9})*)"
 )
+_TREE_ALT = re.compile(r"\|-?\d{1,9}(?:/-?\d{1,9})*->-?\d{1,9}->-?\d{1,9}(?:/-?\d{1,9})*")  # 2.5
 _TREE_LINE = re.compile(
     r"^Tree (\d{1,9}) : (-?\d{1,9}) -> (-?\d{1,9}) -> ?(-?\d{1,9}(?:/-?\d{1,9})*) *$"
 )
@@ -167,6 +194,17 @@ TUNING_SCHEMA = {
     "channel_lo": I,
     "channel_hi": I,
 }
+PLACEMENTS_SCHEMA = {
+    "rank": I,
+    "host": S,
+    "pid": I,
+    "device": I,
+    "bus_id": S,
+    "gpu": S,
+    "group": I,
+    "file": S,
+    "line": I,
+}
 TRANSPORTS_SCHEMA = {
     "comm_id": S,
     "host": S,
@@ -194,6 +232,7 @@ class NcclLog:
     transports: pl.DataFrame
     warnings: tuple[str, ...]
     ring_links: pl.DataFrame
+    placements: pl.DataFrame | None = None  # nccl-tests rank headers (PLACEMENTS_SCHEMA)
 
 
 class _Table:
@@ -241,6 +280,49 @@ class _Parser:
         self.bad_lines = 0
         self.long_lines = 0
         self.truncated_rings = 0
+        self.placements: list[dict[str, Any]] = []
+        self.cut: list[str] = []  # "file:line: text" of lines cut off mid-text
+        self.n_cut = 0
+        self.where = ("", 0)  # (file, line number) of the line being parsed
+        self.line_len = 0  # its length in bytes, without the newline
+        self.cut_at: tuple[str, int] | None = None  # the last line counted as cut
+
+    def cut_line(self, why: str, text: str) -> None:
+        """Count a line cut off mid-text; name the first few with their file and line."""
+        if self.cut_at == self.where:  # one line is counted once, by its first reason
+            return
+        self.cut_at = self.where
+        self.n_cut += 1
+        if self.line_len >= 1023:  # NCCL's own limit: it truncates its lines at 1024 bytes
+            why += " at NCCL's 1024-byte line limit"
+        if len(self.cut) < _MAX_CUT_NAMED:
+            tail = text.rstrip()[-60:]
+            self.cut.append(f"{self.where[0]}:{self.where[1]}: {why} (...{tail!r})")
+
+    def header(self, text: str) -> bool:
+        """An nccl-tests ``# Rank N ... on HOST device D [0x..]`` line; True when it is one."""
+        start = _HEADER_START.search(text)
+        if start is None:
+            return False
+        m = _HEADER.match(text, start.start())
+        if m is None:
+            self.cut_line("nccl-tests rank header cut off", text)
+            return True
+        host = self.strings.setdefault(m.group("host"), m.group("host"))
+        self.placements.append(
+            {
+                "rank": int(m.group("rank")),
+                "host": host,
+                "pid": int(m.group("pid")),
+                "device": int(m.group("dev")),
+                "bus_id": m.group("bus"),
+                "gpu": m.group("gpu"),
+                "group": _int_or_none(m.group("group")),
+                "file": self.where[0],
+                "line": self.where[1],
+            }
+        )
+        return True
 
     # -- one line ---------------------------------------------------------------------------
     def line(self, text: str, file_idx: int, file_name: str) -> None:
@@ -252,6 +334,9 @@ class _Parser:
         m = _last_prefix(text)
         if m is None:
             return
+        first = _PREFIX.search(text)
+        if first is not None and first.start() < m.start():  # another writer cut this message
+            self.cut_line("NCCL message cut off by another process's line", text[: m.start()])
         host, pid = m.group("host"), m.group("pid")
         if host is not None:
             host = self.strings.setdefault(host, host)
@@ -291,6 +376,9 @@ class _Parser:
         if m is None:
             return
         comm_id, rest = m.group(1), m.group(4)
+        last = rest.split()[-1] if rest.split() else ""
+        if last and any(k.startswith(last) for k in _COMM_KEYS):  # a key without its value
+            self.cut_line("comm line cut off", msg)
         key = (host, pid, comm_id)
         row = self.comms.setdefault(
             key,
@@ -345,6 +433,8 @@ class _Parser:
     def _transport(self, msg: str, host: str | None, pid: int | None, thread: tuple) -> None:
         m = _TRANSPORT.match(msg)
         if m is None:
+            if re.match(r"^(?:Channel|Ring) \d+(?:/\d+)? : \d+(?:\[[0-9a-fA-F]*\]?)? ?-", msg):
+                self.cut_line("link line cut off", msg)  # "a -> b via ..." never finished
             return
         via = self.strings.setdefault(m.group(5), m.group(5))
         direction = m.group(4)
@@ -365,6 +455,9 @@ class _Parser:
 
     # -- trees ------------------------------------------------------------------------------
     def _trees(self, msg: str, host: str | None, pid: int | None, thread: tuple) -> None:
+        rest = _TREE_ALT.sub("", _TREE_ITEM.sub("", msg[len("Trees ") :]))
+        if re.search(r"[\d\[\]>-]", rest):  # a half-written item after the whole ones
+            self.cut_line("Trees line cut off", msg)
         for m in _TREE_ITEM.finditer(msg):
             left, me, right = m.group(2), int(m.group(3)), m.group(4)
             if "/" in right and "/" not in left:  # 2.4-2.6: up->me->down0/down1/down2
@@ -405,6 +498,8 @@ class _Parser:
     # -- tuning -----------------------------------------------------------------------------
     def _tuning(self, msg: str, host: str | None, pid: int | None) -> None:
         m = _TUNING.match(msg)
+        if m is None or (m.group("time") is None and re.search(r" (?:time|tim|ti|t)$", msg)):
+            self.cut_line("tuning line cut off", msg)
         if m is None:
             return
         op, time = m.group("op"), m.group("time")
@@ -441,6 +536,7 @@ class _Parser:
             transports=self.transports.frame(self.comms, TRANSPORTS_SCHEMA),
             warnings=tuple(warnings + self._warnings(comms)),
             ring_links=self.links.frame(self.comms, RING_LINKS_SCHEMA),
+            placements=pl.DataFrame(self.placements, schema=PLACEMENTS_SCHEMA),
         )
 
     def _warnings(self, comms: pl.DataFrame) -> list[str]:
@@ -459,7 +555,14 @@ class _Parser:
         if comms.height == 0:
             out.append(
                 "no communicator lines ('comm 0x.. rank .. nranks ..'): rank layout "
-                "unknown; log with NCCL_DEBUG_SUBSYS including INIT"
+                + ("from nccl-tests rank headers only" if self.placements else "unknown")
+                + "; log with NCCL_DEBUG_SUBSYS including INIT"
+            )
+        if self.n_cut:
+            more = f" (and {self.n_cut - len(self.cut)} more)" if self.n_cut > len(self.cut) else ""
+            out.append(
+                f"{self.n_cut} line{'s' if self.n_cut > 1 else ''} cut off mid-text, parsed as "
+                "far as they go: " + "; ".join(self.cut) + more
             )
         if self.n_warn:
             out.append(f"{self.n_warn} NCCL WARN lines, first: {self.nccl_warns[0]}")
@@ -557,7 +660,7 @@ def _parse_file(path: Path, idx: int, parser: _Parser) -> int:
     name = str(path)
     with _open(path) as f:
         try:
-            for raw in _raw_lines(f, parser):
+            for lineno, raw in enumerate(_raw_lines(f, parser), 1):
                 if not raw.isascii():
                     try:
                         raw.decode("utf-8")
@@ -565,10 +668,18 @@ def _parse_file(path: Path, idx: int, parser: _Parser) -> int:
                         parser.bad_lines += 1
                         continue
                 if b"NCCL" not in raw:
+                    if b"Rank" in raw and b"#" in raw:  # nccl-tests' rank headers
+                        parser.where = (name, lineno)
+                        found += parser.header(raw.decode("utf-8"))
                     continue
                 found += b"NCCL INFO" in raw or b"NCCL WARN" in raw or b"NCCL version" in raw
                 if _KEYWORDS.search(raw):
-                    parser.line(raw.decode("utf-8"), idx, name)
+                    parser.where = (name, lineno)
+                    parser.line_len = len(raw.rstrip(b"\r\n"))
+                    text = raw.decode("utf-8")
+                    if not raw.endswith(b"\n") and b"NCCL INFO" in raw:
+                        parser.cut_line("the file ends inside this line", text)
+                    parser.line(text, idx, name)
         except (OSError, EOFError, zlib.error) as exc:
             raise TracekitError(f"cannot read NCCL log ({exc})", path) from None
     return found
@@ -619,7 +730,11 @@ def read_nccl_logs(paths_or_dir: Path | Sequence[Path]) -> NcclLog:
             f"no NCCL log lines ('host:pid:tid [dev] NCCL INFO ...') found{what}",
             files[0] if len(files) == 1 else folder or files[0],
         )
-    return parser.result([str(p) for p in files], warnings)
+    from tracekit.ingest.nccl_placement import derive
+
+    log = parser.result([str(p) for p in files], warnings)
+    layout_warnings = derive(log, _world(log))[1]
+    return dataclasses.replace(log, warnings=log.warnings + tuple(layout_warnings))
 
 
 def _world(log: NcclLog, nranks: int | None = None) -> pl.DataFrame:
@@ -637,37 +752,13 @@ def _world(log: NcclLog, nranks: int | None = None) -> pl.DataFrame:
 
 
 def rank_layout(log: NcclLog) -> dict[int, dict]:
-    """rank -> {host, node, local_rank} for the world communicator (the one with most ranks).
+    """rank -> {host, node, local_rank, source} for the world communicator (the one with most
+    ranks), from every source of placement: INIT lines, nccl-tests rank headers, localRanks
+    (tracekit.ingest.nccl_placement; source "init", "nccl-tests" or "localRanks"). The one
+    derivation of the layout: tracekit.topology.nccl_layout calls it."""
+    from tracekit.ingest.nccl_placement import derive
 
-    Nodes are numbered by host name in order of their lowest rank. local_rank is NCCL's localRank
-    when logged (2.19+), else the rank's position on its node when every rank is in the log, else
-    None. When host names cannot tell the nodes apart (fewer distinct names than the log's
-    nNodes, e.g. every node called "ubuntu"), the node is rank // localRanks, which assumes
-    ranks are placed node by node.
-    """
-    world = _world(log)
-    if world.height == 0:
-        return {}
-    rows = world.to_dicts()
-    hosts = [r["host"] for r in rows]
-    nnodes = world["nnodes"].max()
-    local_ranks = world["local_ranks"].max()
-    by_host = None not in hosts and (nnodes is None or len(set(hosts)) == nnodes)
-    every_rank = len(rows) == rows[0]["nranks"]
-    node_of_host: dict[str, int] = {}
-    count_on_node: dict[int, int] = {}
-    layout = {}
-    for r in rows:
-        if by_host or not local_ranks:
-            node = node_of_host.setdefault(r["host"], len(node_of_host))
-        else:
-            node = r["rank"] // local_ranks
-        local = r["local_rank"]
-        if local is None and every_rank:  # position among the node's ranks, in rank order
-            local = count_on_node.get(node, 0)
-        count_on_node[node] = count_on_node.get(node, 0) + 1
-        layout[r["rank"]] = {"host": r["host"], "node": node, "local_rank": local}
-    return layout
+    return derive(log, _world(log))[0]
 
 
 def ring_order(log: NcclLog, nranks: int | None = None) -> list[int] | None:
