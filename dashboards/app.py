@@ -443,6 +443,8 @@ def _page_traffic(rel: str, entry: _Entry) -> list:
         ),
         _fig_or_nodata(_figure(entry, "collective_time"), "collective_time", "fig-collective-time"),
         _table(R.collectives_table(a.summary)),
+        html.H3("what if the network were slower (tracekit predict)"),
+        _fig_or_nodata(_figure(entry, "predict_curve"), "predict_curve", "fig-predict-curve"),
     ]
     return kids
 

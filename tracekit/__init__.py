@@ -20,6 +20,7 @@ os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:300,muzzy_decay_ms:0"
 # function of the same name on the package after its first call
 from tracekit.analyze import Analysis, analyze
 from tracekit.errors import TracekitError
+from tracekit.predict import predict  # eager for the same reason as analyze
 
 __all__ = [
     "Analysis",
@@ -27,6 +28,7 @@ __all__ = [
     "TracekitError",
     "__version__",
     "analyze",
+    "predict",
     "profile",
     "profiled",
 ]

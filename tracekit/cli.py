@@ -477,6 +477,31 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
         _err.print(f"wrote {out}", highlight=False)
 
 
+@cli.command("predict")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--inter-node-bandwidth",
+    required=True,
+    help="rate (400mbit, 1gbit, bits/s) or a sweep LO:HI, e.g. 100mbit:100gbit",
+)
+@click.option("--intra-node-bandwidth", default=None, help="rate (default: as measured)")
+@click.option("--latency", "latency_us", type=float, default=0.0, help="per message step, us")
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="folder (default RUN/analysis)"
+)
+def predict_cmd(
+    paths: tuple[Path, ...],
+    inter_node_bandwidth: str,
+    intra_node_bandwidth: str | None,
+    latency_us: float,
+    out: Path | None,
+) -> None:
+    """Predict each run's step on another network from its trace (docs/predict.md)."""
+    from tracekit.predict_cli import run_predict
+
+    run_predict(list(paths), inter_node_bandwidth, intra_node_bandwidth, latency_us, out, _out())
+
+
 @cli.command("dash")
 @click.argument("root", required=False, type=click.Path(path_type=Path), default=Path("runs"))
 @click.option("--host", default="127.0.0.1", show_default=True)

@@ -53,7 +53,9 @@ def parse_rate(text: str, option: str = "--inter-node-bandwidth") -> float:
     return value
 
 
-def parse_bandwidth(text: str, option: str = "--inter-node-bandwidth") -> tuple[float, float | None]:
+def parse_bandwidth(
+    text: str, option: str = "--inter-node-bandwidth"
+) -> tuple[float, float | None]:
     """RATE -> (rate, None); LO:HI -> (lo, hi), lo < hi."""
     if ":" not in str(text):
         return parse_rate(text, option), None
@@ -111,9 +113,7 @@ def build(analysis: Any) -> Model:
     nodes = {int(k): int(v) for k, v in (s.get("topology") or {}).get("nodes", {}).items()}
     calls = calls_table(analysis.collectives, nodes)
     if not calls:
-        raise TracekitError(
-            "no matched collective or p2p calls: nothing to predict", analysis.path
-        )
+        raise TracekitError("no matched collective or p2p calls: nothing to predict", analysis.path)
     windows = pl.DataFrame(
         s["window"]["per_rank"],
         schema={
@@ -242,9 +242,7 @@ def prediction(
         points = model.log_points(lo, hi)
         curve = [_point(m, model.Network(b, intra_bits, latency_s)) for b in points]
         free_step = out["free_step_time_s"] or 0.0
-        knee, note = model.knee(
-            lambda b: step_at(m, b, intra_bits, latency_s), free_step, lo, hi
-        )
+        knee, note = model.knee(lambda b: step_at(m, b, intra_bits, latency_s), free_step, lo, hi)
         out["sweep"] = {
             "points": curve,
             "knee_bits_per_s": knee,
@@ -288,7 +286,9 @@ def write_prediction(pred: dict[str, Any], target: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as exc:
-        raise TracekitError(f"cannot write here ({exc.strerror}); choose another --out", target) from None
+        raise TracekitError(
+            f"cannot write here ({exc.strerror}); choose another --out", target
+        ) from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(pred, indent=2, default=_json_default) + "\n")

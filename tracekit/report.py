@@ -382,6 +382,12 @@ SECTIONS: list[tuple[str, list[str], Callable[[dict], Table | None] | None, str 
         collectives_table,
         "collective_bandwidth",
     ),
+    (
+        "what if the network were slower (tracekit predict)",
+        ["predict_curve"],
+        None,
+        "predict_curve",
+    ),
 ]
 
 

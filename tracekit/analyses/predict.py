@@ -67,7 +67,9 @@ def floor_ns(call: Call, run_inter_bits: float | None) -> float:
     return max(0.0, call.transfer_ns - net)
 
 
-def _dispatch(programs: dict[int, Program]) -> dict[tuple[int, str], tuple[str | None, int]]:
+def _dispatch(
+    programs: dict[int, Program], calls: dict[str, Call]
+) -> dict[tuple[int, str], tuple[str | None, int]]:
     """(rank, call) -> (call run before it on the same runloop thread, measured dispatch delay)."""
     out: dict[tuple[int, str], tuple[str | None, int]] = {}
     for rank, prog in programs.items():
@@ -75,6 +77,14 @@ def _dispatch(programs: dict[int, Program]) -> dict[tuple[int, str], tuple[str |
         last: dict[Any, Item] = {}
         for it in posts:
             prev = last.get(it.thread)
+            # queued behind the call before it: only where the spans did not overlap (a gloo
+            # runloop thread runs one call at a time; p2p spans on the calling thread overlap)
+            if prev is not None and (
+                prev.span_end_ns > it.span_start_ns
+                or it.call_id not in calls
+                or calls[it.call_id].op in ("send", "recv")
+            ):
+                prev = None
             ready = max(it.t_ns, prev.span_end_ns if prev is not None else it.t_ns)
             out[(rank, it.call_id)] = (
                 prev.call_id if prev is not None else None,
@@ -91,7 +101,7 @@ def replay(
     run_inter_bits: float | None = None,
 ) -> Replay:
     """Run every rank's program against the network (see the module docstring)."""
-    disp = _dispatch(programs)
+    disp = _dispatch(programs, calls)
     items = {r: p.items for r, p in programs.items()}
     work = {r: [p.work_ns(it.t_ns) for it in p.items] for r, p in programs.items()}
     nxt = {r: 0 for r in programs}
@@ -184,8 +194,8 @@ def replay(
     for r, prog in programs.items():
         durs = [
             marks[r][(i, "end")] - marks[r][(i, "start")]
-            for i, kind in marks[r]
-            if kind == "start" and (i, "end") in marks[r] and isinstance(i, int)
+            for i, kind in (k for k in marks[r] if len(k) == 2)
+            if kind == "start" and (i, "end") in marks[r]
         ]
         steps = max(1, len(durs))
         n_steps = max(n_steps, len(durs))

@@ -116,6 +116,7 @@ def calls_table(coll: pl.DataFrame, nodes: dict[int, int]) -> dict[str, Call]:
     model, _ = model_calls(frame, "gloo", None)
     links = link_bytes(model.drop("group", "group_desc", "dim"), nodes)
     out: dict[str, Call] = {}
+    by_index: dict[int, Call] = {}  # row of the link model -> call
     for i, c in enumerate(frame.to_dicts()):
         members = (
             sorted({int(c["src"]), int(c["dst"])}) if c["op"] in matching.P2P else list(c["ranks"])
@@ -128,8 +129,21 @@ def calls_table(coll: pl.DataFrame, nodes: dict[int, int]) -> dict[str, Call]:
             transfer_ns=int(c["transfer_ns"] or 0),
             hops=_hops(c["op"], len(members)),
         )
-        out[c["call_id"]]._index = i  # type: ignore[attr-defined]
-    by_index = {getattr(c, "_index"): c for c in out.values()}
+        by_index[i] = out[c["call_id"]]
+    # p2p: a span lasts from isend/irecv to wait(), and receives are posted ahead, so the
+    # shorter span still holds compute; the transfer is from the send's post to the receive
+    pairs = (
+        coll.filter(pl.col("complete") & pl.col("op").is_in(matching.P2P))
+        .group_by("call_id")
+        .agg(
+            pl.col("start_ns").filter(pl.col("op") == "send").min().alias("s"),
+            pl.col("end_ns").filter(pl.col("op") == "recv").max().alias("e"),
+        )
+    )
+    for r in pairs.iter_rows(named=True):
+        c = out.get(r["call_id"])
+        if c is not None and r["s"] is not None and r["e"] is not None:
+            c.transfer_ns = int(min(c.transfer_ns, max(0, r["e"] - r["s"])))
     for r in links.to_dicts():
         call = by_index.get(r["call_index"])
         a, b = nodes.get(r["src"]), nodes.get(r["dst"])
@@ -262,9 +276,9 @@ def programs(
     rows = coll.filter(pl.col("call_id").is_in(list(calls))).sort("rank", "start_ns")
     # the call's end as the replay computes it: last member's span start + transfer
     ends = {
-        r["call_id"]: r["e"]
+        r["call_id"]: r["s"] + calls[r["call_id"]].transfer_ns
         for r in rows.group_by("call_id")
-        .agg((pl.col("start_ns").max() + pl.col("transfer_ns").first()).alias("e"))
+        .agg(pl.col("start_ns").max().alias("s"))
         .iter_rows(named=True)
     }
     out: dict[int, Program] = {}
@@ -305,7 +319,7 @@ def programs(
             waits.append((min(wt, rt), rt, e, c["call_id"]))
         # one blocked run, several calls: the one that ended last keeps the resume lag
         last_end: dict[int, int] = {}
-        for wt, rt, e, _ in waits:
+        for _, rt, e, _ in waits:
             last_end[rt] = max(last_end.get(rt, e), e)
         for wt, rt, e, cid in waits:
             lag = rt - ends.get(cid, e) if e == last_end[rt] else 0

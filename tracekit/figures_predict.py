@@ -1,0 +1,114 @@
+"""The predicted step time against inter-node bandwidth (tracekit predict's sweep) as a figure.
+
+One curve per run (log bandwidth, step time of the slowest rank), the run's measured step as a
+point at its own bandwidth (the emulated rate, or the busbw it achieved unshaped), the step
+with free communication as a dashed line and the knee (docs/predict.md) marked on each curve.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+DEFAULT_SWEEP = "100mbit:100gbit"
+_COLORS = ("#4c78a8", "#e45756", "#54a24b", "#b279a2", "#f58518", "#72b7b2")
+
+
+def _predict_module():
+    # the module, not the function tracekit.predict that the package exports under the same name
+    return importlib.import_module("tracekit.predict")
+
+
+def predict_curve(preds: Sequence[tuple[str, dict[str, Any]]]) -> go.Figure | None:
+    """Curves of the predictions that have a sweep; None when none has."""
+    preds = [(n, p) for n, p in preds if p and p.get("sweep")]
+    if not preds:
+        return None
+    fmt = _predict_module().fmt_rate
+    fig = go.Figure()
+    for i, (name, p) in enumerate(preds):
+        color = _COLORS[i % len(_COLORS)]
+        pts = p["sweep"]["points"]
+        x = [q["inter_node_bits_per_s"] for q in pts]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[q["step_time_s"] for q in pts],
+                mode="lines+markers",
+                name=f"{name}: predicted",
+                line=dict(color=color),
+                hovertemplate="%{x:.3s}bit/s: %{y:.3f} s<extra></extra>",
+            )
+        )
+        free = p.get("free_step_time_s")
+        if free is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[x[0], x[-1]],
+                    y=[free, free],
+                    mode="lines",
+                    name=f"{name}: free communication",
+                    line=dict(color=color, dash="dot", width=1),
+                )
+            )
+        mp = p["sweep"].get("measured_point") or {}
+        if mp.get("inter_node_bits_per_s") and mp.get("step_time_s") is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[mp["inter_node_bits_per_s"]],
+                    y=[mp["step_time_s"]],
+                    mode="markers",
+                    name=f"{name}: measured ({fmt(mp['inter_node_bits_per_s'])})",
+                    marker=dict(color=color, symbol="diamond", size=12, line=dict(width=1)),
+                )
+            )
+        knee = p["sweep"].get("knee_bits_per_s")
+        if knee:
+            fig.add_vline(
+                x=knee,
+                line=dict(color=color, dash="dash", width=1),
+                annotation_text=f"knee {fmt(knee)}",
+                annotation_position="top right" if i % 2 == 0 else "bottom right",
+            )
+    fig.update_layout(
+        template="plotly_white",
+        title="predicted step time against inter-node bandwidth (slowest rank, median step)",
+        xaxis=dict(type="log", title="inter-node bandwidth (bit/s per node and direction)"),
+        yaxis=dict(title="step time (s)", rangemode="tozero"),
+        height=420,
+        margin=dict(l=70, r=20, t=60, b=50),
+        legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.01),
+    )
+    return fig
+
+
+def sweep_for(analysis: Any) -> dict[str, Any] | None:
+    """The run's prediction with a sweep: RUN/analysis/prediction.json when it has one, else
+    the default sweep computed here (nothing written). None when the run has no matched calls."""
+    from tracekit.errors import TracekitError
+
+    P = _predict_module()
+    try:
+        saved = P.default_output(Path(analysis.path))
+        if saved.is_file():
+            pred = json.loads(saved.read_text())
+            if isinstance(pred, dict) and pred.get("sweep"):
+                return pred
+    except (OSError, ValueError, TracekitError):
+        pass  # no saved prediction (or an analysis held in memory only): compute one
+    try:
+        m = P.build(analysis)
+        return P.prediction(m, P.parse_bandwidth(DEFAULT_SWEEP))
+    except (TracekitError, ValueError):
+        return None
+
+
+def curve_for(analysis: Any) -> go.Figure | None:
+    """The one-run figure for FIGURES (the Dash traffic page, reports)."""
+    pred = sweep_for(analysis)
+    return predict_curve([(Path(analysis.path).name, pred)]) if pred else None

@@ -1,0 +1,114 @@
+"""``tracekit predict``'s output: per-rank tables, the sweep curve, crossovers (docs/predict.md)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tracekit.errors import TracekitError
+
+# the module, not the function tracekit.predict that the package exports under the same name
+P = importlib.import_module("tracekit.predict")
+
+
+def _s(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4f}"
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
+def rank_table(pred: dict[str, Any], name: str) -> Table:
+    bw = pred["bandwidths"]
+    t = Table(
+        title=f"{name}: predicted at {P.fmt_rate(bw['inter_node_bits_per_s'])} inter-node "
+        f"({bw['inter_node_source']}), intra {P.fmt_rate(bw['intra_node_bits_per_s'])}, "
+        f"latency {bw['latency_us']:g} us; per step"
+    )
+    for col in ("rank", "step s", "measured", "comm s", "measured", "exposed s", "measured"):
+        t.add_column(col, justify="right")
+    for r in pred["ranks"]:
+        t.add_row(
+            str(r["rank"]),
+            _s(r["step_time_s"]),
+            _s(r["measured_step_time_s"]),
+            _s(r["comm_s"]),
+            _s(r["measured_comm_s"]),
+            _s(r["exposed_comm_s"]),
+            _s(r["measured_exposed_comm_s"]),
+        )
+    return t
+
+
+def sweep_table(preds: list[tuple[str, dict[str, Any]]]) -> Table:
+    t = Table(title="predicted step time (s, slowest rank's median) against inter-node bandwidth")
+    t.add_column("bandwidth", justify="right")
+    for name, _ in preds:
+        t.add_column(name, justify="right")
+    points = [p["sweep"]["points"] for _, p in preds]
+    for i, pt in enumerate(points[0]):
+        t.add_row(
+            P.fmt_rate(pt["inter_node_bits_per_s"]), *[_s(ps[i]["step_time_s"]) for ps in points]
+        )
+    return t
+
+
+def _target(out: Path | None, path: Path, several: bool) -> Path:
+    if out is None:
+        return P.default_output(path)
+    return Path(out) / (f"{Path(path).name}.prediction.json" if several else "prediction.json")
+
+
+def run_predict(
+    paths: list[Path],
+    inter: str,
+    intra: str | None,
+    latency_us: float,
+    out: Path | None,
+    console: Console,
+) -> None:
+    """Parse the options (bad ones fail before any analysis), predict, print, write."""
+    bw = P.parse_bandwidth(inter)
+    intra_bits = None if intra is None else P.parse_rate(intra, "--intra-node-bandwidth")
+    if latency_us < 0 or latency_us != latency_us:
+        raise TracekitError(f"--latency {latency_us!r} must be a number of microseconds >= 0")
+    several = len(paths) > 1
+    for p in paths:
+        target = _target(out, p, several)
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise TracekitError("exists and is not a regular file; choose another --out", target)
+    models = [P.load(p) for p in paths]
+    preds = [
+        (Path(p).name, P.prediction(m, bw, intra_bits, latency_us)) for p, m in zip(paths, models)
+    ]
+    cross = P.compare(models, bw[0], bw[1], intra_bits, latency_us) if several and bw[1] else []
+    for (name, pred), p in zip(preds, paths):
+        if cross:
+            pred["crossovers"] = [c for c in cross if str(p) in (c["a"], c["b"])]
+        console.print(rank_table(pred, name))
+        sc = pred["self_check"]
+        console.print(
+            f"{name}: predicted step {_s(pred['step_time_s'])} s, measured {_s(pred['measured_step_time_s'])} s; "
+            f"free communication {_s(pred['free_step_time_s'])} s; self-check (own conditions) "
+            f"{_s(sc['step_time_s'])} s ({_pct(sc['error'])})",
+            highlight=False,
+        )
+        if pred.get("bubble_fraction") is not None:
+            console.print(f"{name}: pipeline bubble {pred['bubble_fraction']:.3f}", highlight=False)
+        if pred["sweep"]:
+            sw = pred["sweep"]
+            knee = P.fmt_rate(sw["knee_bits_per_s"]) if sw["knee_bits_per_s"] else sw["knee_note"]
+            console.print(f"{name}: knee (>10 % slower than free below) {knee}", highlight=False)
+        P.write_prediction(pred, _target(out, p, several))
+    if bw[1] is not None:
+        console.print(sweep_table(preds))
+    for c in cross:
+        xs = ", ".join(P.fmt_rate(x) for x in c["crossover_bits_per_s"]) or "none in the sweep"
+        console.print(f"crossover {Path(c['a']).name} / {Path(c['b']).name}: {xs}", highlight=False)
+    print(f"wrote {', '.join(str(_target(out, p, several)) for p in paths)}", file=sys.stderr)
