@@ -91,12 +91,15 @@ def test_topology_from_nccl_logs_when_run_json_lacks_it(tmp_path: Path) -> None:
     assert a.summary["topology"]["source"] == "nccl_log"
     assert a.summary["topology"]["nodes"] == {"0": 0, "1": 0}
     logs = a.summary["nccl"]["logs"]
-    assert {r: v["host"] for r, v in logs["layout"].items()} == {
+    assert {r: v["host"] for r, v in logs["layout"].items() if v["source"] == "init"} == {
         "3": "swat1-04",
         "5": "swat1-04",
         "6": "swat1-04",
         "7": "swat1-04",
     }
+    # the other 12 ranks from localRanks 8, on the two nodes the log's nNodes names
+    assert len(logs["layout"]) == 16 and logs["nodes"] == 2
+    assert any("NCCL logs cover 4 of 16 ranks" in w for w in logs["warnings"])
     assert logs["ring_order"] == [0, 5, 4, 7, 6, 3, 2, 1, 8, 13, 12, 15, 14, 11, 10, 9]
     # with hosts only (2.10-era "Init COMPLETE" lines, no localRanks) the logged ranks are all
     # there is: the traced ranks 0, 1 are not in this excerpt, so the trace's host_name decides
