@@ -221,7 +221,8 @@ def _analyze(
     warnings.extend(clock_warn)
 
     windows = timeline.analysis_windows(events, gpu_ranks)
-    iv = timeline.intervals(events, windows, gpu_ranks)
+    warnings.extend(timeline.marker_warnings(events))
+    iv = timeline.intervals(events, windows, gpu_ranks, raw_coll[0])
     windows = timeline.refine_gpu_windows(windows, iv, gpu_ranks)
     empty = windows.filter(pl.col("start_ns").is_null() | pl.col("end_ns").is_null())[
         "rank"

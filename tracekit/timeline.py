@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit import p2p_time
+
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 RUNLOOP_THREAD = "pt_gloo_runloop"
 SETS = ("compute", "comm", "other", "excluded", "waitlabel", "inner")  # see _cpu_intervals
 STATES = ("compute", "overlap", "comm", "other", "idle")  # overlap = compute and comm together
 
 
-def step_markers(events: pl.DataFrame) -> pl.DataFrame:
-    """ProfilerStep#N markers per rank: rank, step, start_ns, end_ns (sorted)."""
+def _marker_rows(events: pl.DataFrame) -> pl.DataFrame:
+    """Every ProfilerStep#N row: rank, step (Int64; null when N does not fit), name, times."""
     return (
         # starts_with first: a prefix test on every row is ~10x cheaper than the regex
         events.select("rank", "device", "name", "start_ns", "end_ns")
@@ -39,13 +41,42 @@ def step_markers(events: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("name").str.contains(STEP_PATTERN) & (pl.col("device") == "cpu"))
         .select(
             "rank",
-            pl.col("name").str.extract(STEP_PATTERN).cast(pl.Int32).alias("step"),
+            # a step number is data: any length of digits; past Int64 it is null, not an error
+            pl.col("name").str.extract(STEP_PATTERN).cast(pl.Int64, strict=False).alias("step"),
+            "name",
             "start_ns",
             "end_ns",
         )
+    )
+
+
+def step_markers(events: pl.DataFrame) -> pl.DataFrame:
+    """ProfilerStep#N markers per rank: rank, step, start_ns, end_ns (sorted).
+
+    Markers whose N does not fit in 64 bits are dropped (marker_warnings says so)."""
+    return (
+        _marker_rows(events)
+        .filter(pl.col("step").is_not_null())
+        .drop("name")
         .unique(["rank", "step"], keep="first")
         .sort("rank", "start_ns")
     )
+
+
+def marker_warnings(events: pl.DataFrame) -> list[str]:
+    """One line per rank with ProfilerStep markers whose step number is out of range."""
+    bad = (
+        _marker_rows(events)
+        .filter(pl.col("step").is_null())
+        .group_by("rank")
+        .agg(pl.len().alias("n"), pl.col("name").first())
+        .sort("rank")
+    )
+    return [
+        f"rank {r}: {n} ProfilerStep marker{'s' if n > 1 else ''} with a step number past 64 bits "
+        f"(e.g. {name[:60]!r}) dropped"
+        for r, n, name in bad.select("rank", "n", "name").iter_rows()
+    ]
 
 
 def runloop_threads(events: pl.DataFrame) -> pl.DataFrame:
@@ -118,23 +149,31 @@ def analysis_windows(events: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
     )
 
 
-def _gpu_intervals(events: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+def _gpu_intervals(events: pl.DataFrame, windows: pl.DataFrame, gloo: pl.DataFrame) -> pl.DataFrame:
     """GPU events of GPU ranks, HTA's cut-short-step rule applied, with their set.
 
     A GPU rank on gloo has no communication kernels: gloo moves the bytes from host threads,
-    so its ``gloo:*`` spans are that rank's communication (else the GPU would look idle).
+    so its ``gloo:*`` spans (``gloo``: rank, start_ns, end_ns; p2p ones with a known peer as
+    their transfer and blocked wait) are that rank's communication (else the GPU would look
+    idle).
     """
-    gloo_spans = (
-        (pl.col("device") == "cpu")
-        & (pl.col("cat") == "user_annotation")
-        & (pl.col("kind") == "communication")
-    )
-    gpu = events.filter(
-        (
-            (pl.col("device") == "gpu")
-            & pl.col("kind").is_in(["compute", "communication", "memory", "sync"])
-        )
-        | gloo_spans
+    gpu = pl.concat(
+        [
+            events.filter(
+                (pl.col("device") == "gpu")
+                & pl.col("kind").is_in(["compute", "communication", "memory", "sync"])
+            ),
+            gloo.select(
+                pl.col("rank").cast(events.schema["rank"]),
+                pl.lit("cpu").alias("device"),
+                pl.lit("user_annotation").alias("cat"),
+                pl.lit("communication").alias("kind"),
+                pl.col("start_ns").cast(pl.Int64),
+                pl.col("end_ns").cast(pl.Int64),
+                pl.lit(None, events.schema["correlation"]).alias("correlation"),
+            ),
+        ],
+        how="diagonal_relaxed",
     )
     cut = windows.filter(pl.col("cutoff_ns").is_not_null()).select("rank", "cutoff_ns")
     if cut.height:
@@ -171,44 +210,93 @@ WAIT_LABELS = r"^comm:|^FSDP::(all_gather|pre_forward|pre_backward|post_backward
 
 
 def _ops_inside(ops: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
-    """The ops that start and end inside one of the labels on the same thread."""
+    """The ops that start and end inside one of the labels on the same thread.
+
+    An op is inside some label iff, among the thread's labels starting at or before the op,
+    the latest end reaches the op's end: a running maximum of label ends over labels sorted by
+    start, read by one as-of join per op. Linear after the sort (a join of every op with every
+    label of its thread grew with the square of the trace).
+    """
     if labels.height == 0 or ops.height == 0:
         return ops.head(0)
-    lab = labels.select(
-        "rank", "pid", "tid", pl.col("start_ns").alias("l0"), pl.col("end_ns").alias("l1")
+    keys = ["rank", "pid", "tid"]
+    reach = (
+        labels.select(*keys, pl.col("start_ns").alias("l0"), pl.col("end_ns").alias("l1"))
+        .sort(*keys, "l0")
+        .with_columns(pl.col("l1").cum_max().over(keys).alias("reach"))
+        .select(*keys, "l0", "reach")
+        .sort("l0")
     )
-    # labels are few (tens per step): an equi-join on the thread, then the containment filter
-    inside = ops.join(lab, on=["rank", "pid", "tid"]).filter(
-        (pl.col("start_ns") >= pl.col("l0")) & (pl.col("end_ns") <= pl.col("l1"))
+    inside = (
+        ops.sort("start_ns")
+        .join_asof(
+            reach,
+            left_on="start_ns",
+            right_on="l0",
+            by=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("reach") >= pl.col("end_ns"))
     )
-    return inside.select(ops.columns).unique()
+    return inside.select(ops.columns)
 
 
-def _cpu_intervals(events: pl.DataFrame) -> pl.DataFrame:
+def _with_runloop(cpu: pl.DataFrame) -> pl.DataFrame:
+    loops = runloop_threads(cpu).with_columns(pl.lit(True).alias("runloop"))
+    return cpu.join(loops, on=["rank", "pid", "tid"], how="left").with_columns(
+        pl.col("runloop").fill_null(False)
+    )
+
+
+def _split_p2p(cpu: pl.DataFrame, p2p: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(communication spans with ``split``: a p2p span whose peer is known, counted by its
+    transfer and blocked wait instead of whole; those parts as rank, start_ns, end_ns)."""
+    spans = cpu.filter((pl.col("cat") == "user_annotation") & (pl.col("kind") == "communication"))
+    keys = ["rank", "pid", "tid", "start_ns", "end_ns"]
+    m = p2p_time.matched(spans.filter(p2p_time.p2p_spans(spans)), p2p)
+    spans = spans.join(
+        m.select(keys).unique().with_columns(pl.lit(True).alias("split")), on=keys, how="left"
+    ).with_columns(pl.col("split").fill_null(False))
+    ops = cpu.filter((pl.col("cat") == "cpu_op") & ~pl.col("runloop"))
+    return spans, p2p_time.comm_parts(m, ops)
+
+
+def _cpu_intervals(events: pl.DataFrame, p2p: pl.DataFrame | None = None) -> pl.DataFrame:
     """CPU intervals of CPU-only ranks with their set.
 
-    compute: cpu_ops on compute threads; comm: gloo spans and c10d calls; excluded: time inside
+    compute: cpu_ops on compute threads; comm: gloo spans (p2p ones with a known peer: their
+    transfer and blocked wait, tracekit.p2p_time) and c10d calls; excluded: time inside
     communication calls; waitlabel/inner: communication labels (WAIT_LABELS) and the ops nested
     in them — time inside such a label not under a nested op is waiting, not compute.
     """
-    cpu = events.filter(pl.col("device") == "cpu")
-    loops = runloop_threads(cpu).with_columns(pl.lit(True).alias("runloop"))
-    cpu = cpu.join(loops, on=["rank", "pid", "tid"], how="left").with_columns(
-        pl.col("runloop").fill_null(False)
-    )
+    cpu = _with_runloop(events.filter(pl.col("device") == "cpu"))
     is_comm_call = (pl.col("cat") == "cpu_op") & (pl.col("kind") == "communication")
     ops = cpu.filter((pl.col("cat") == "cpu_op") & ~pl.col("runloop"))
     compute = ops.filter(pl.col("kind") == "compute").with_columns(pl.lit("compute").alias("set"))
-    comm = cpu.filter(
-        ((pl.col("cat") == "user_annotation") & (pl.col("kind") == "communication")) | is_comm_call
+    spans, parts = _split_p2p(cpu, p2p)
+    comm = pl.concat(
+        [
+            spans.filter(~pl.col("split")).select("rank", "start_ns", "end_ns"),
+            cpu.filter(is_comm_call).select("rank", "start_ns", "end_ns"),
+            parts,
+        ]
     ).with_columns(pl.lit("comm").alias("set"))
     excluded = cpu.filter(is_comm_call).with_columns(pl.lit("excluded").alias("set"))
-    # gloo p2p spans sit on the calling thread and last from isend/irecv to wait(): compute
-    # ops inside them run while the message is in flight; the rest of the span is waiting
-    wait_labels = cpu.filter(
-        (pl.col("cat") == "user_annotation")
-        & ~pl.col("runloop")
-        & (pl.col("name").str.contains(WAIT_LABELS) | (pl.col("kind") == "communication"))
+    # a gloo p2p span whose peer is unknown counts whole, as a label: compute ops inside it run
+    # while the message is in flight; the rest of the span is waiting
+    wait_labels = pl.concat(
+        [
+            cpu.filter(
+                (pl.col("cat") == "user_annotation")
+                & ~pl.col("runloop")
+                & pl.col("name").str.contains(WAIT_LABELS)
+                & (pl.col("kind") != "communication").fill_null(True)
+            ).select("rank", "pid", "tid", "start_ns", "end_ns"),
+            spans.filter(~pl.col("runloop") & ~pl.col("split")).select(
+                "rank", "pid", "tid", "start_ns", "end_ns"
+            ),
+        ]
     )
     inner = _ops_inside(compute, wait_labels).with_columns(pl.lit("inner").alias("set"))
     return pl.concat(
@@ -242,15 +330,33 @@ _CPU_COLUMNS = (
 )
 
 
-def intervals(events: pl.DataFrame, windows: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
-    """All classified intervals, clipped to each rank's window: rank, start_ns, end_ns, set."""
+def intervals(
+    events: pl.DataFrame,
+    windows: pl.DataFrame,
+    gpu_ranks: set[int],
+    p2p: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """All classified intervals, clipped to each rank's window: rank, start_ns, end_ns, set.
+
+    ``p2p``: the matched collectives table (tracekit.analyses.collectives.raw_collectives);
+    it pairs each gloo send with its receive so that a p2p span counts only its transfer and
+    blocked wait (tracekit.p2p_time). Without it every p2p span counts whole.
+    """
     is_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
     parts = []
     if gpu_ranks:
-        parts.append(_gpu_intervals(events.select(_GPU_COLUMNS).filter(is_gpu), windows))
+        host = _with_runloop(
+            events.select(_CPU_COLUMNS).filter(is_gpu & (pl.col("device") == "cpu"))
+        )
+        spans, split = _split_p2p(host, p2p)
+        gloo = pl.concat(
+            [spans.filter(~pl.col("split")).select("rank", "start_ns", "end_ns"), split],
+            how="vertical_relaxed",
+        )
+        parts.append(_gpu_intervals(events.select(_GPU_COLUMNS).filter(is_gpu), windows, gloo))
     cpu = events.select(_CPU_COLUMNS).filter(~is_gpu)
     if cpu.height:
-        parts.append(_cpu_intervals(cpu))
+        parts.append(_cpu_intervals(cpu, p2p))
     if not parts:
         return pl.DataFrame(
             schema={"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "set": pl.Utf8}
