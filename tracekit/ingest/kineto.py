@@ -1050,13 +1050,8 @@ def _object_at(text: bytes, start: int) -> bytes | None:
     return None
 
 
-def peek_distributed_info(path: Path, head_bytes: int = _HEAD_BYTES) -> dict | None:
-    """``distributedInfo`` read from the first 64 KB of a trace, without parsing its events.
-
-    Kineto writes it before ``traceEvents``, so selecting ranks by it (``--ranks``,
-    ``--sample``) costs a few milliseconds per file, not a parse. None when the head does not
-    hold it (or the file cannot be read: reading it later reports that properly).
-    """
+def read_head(path: Path, head_bytes: int = _HEAD_BYTES) -> bytes | None:
+    """The first ``head_bytes`` of a trace's JSON (gunzipped), or None when it cannot be read."""
     try:
         with open(path, "rb") as f:
             head = f.read(head_bytes)
@@ -1070,6 +1065,19 @@ def peek_distributed_info(path: Path, head_bytes: int = _HEAD_BYTES) -> dict | N
                     out += inflate.decompress(more, head_bytes - len(out))
                 head = out
     except (OSError, zlib.error):
+        return None
+    return head
+
+
+def peek_distributed_info(path: Path, head_bytes: int = _HEAD_BYTES) -> dict | None:
+    """``distributedInfo`` read from the first 64 KB of a trace, without parsing its events.
+
+    Kineto writes it before ``traceEvents``, so selecting ranks by it (``--ranks``,
+    ``--sample``) costs a few milliseconds per file, not a parse. None when the head does not
+    hold it (or the file cannot be read: reading it later reports that properly).
+    """
+    head = read_head(path, head_bytes)
+    if head is None:
         return None
     at = head.find(_DIST_KEY)
     if at < 0:

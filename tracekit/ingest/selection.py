@@ -76,10 +76,14 @@ def select(
     sample: int | None = None,
     cache_dir: Path | None = None,
 ) -> Selection:
-    """The files to read for ``ranks`` (a subset) and/or ``sample`` (N ranks spread out)."""
-    files = list(files)
+    """The files to read for ``ranks`` (a subset) and/or ``sample`` (N ranks spread out).
+    JSON files that are not Kineto traces are left out with a warning (tracekit.ingest.nonkineto)."""
+    from tracekit.ingest import nonkineto
+
+    files, skipped = nonkineto.split(list(files))
+    skip_note = [nonkineto.skipped_warning(skipped)] if skipped else []
     if not ranks and not sample:
-        return Selection(files=files)
+        return Selection(files=files, warnings=skip_note)
     known: dict[Path, int] = {}
     unknown: list[Path] = []
     for f in files:
@@ -90,7 +94,7 @@ def select(
             known[f] = r
     wanted = set(ranks) if ranks else set(known.values())
     present = sorted(set(known.values()) & wanted)
-    sel = Selection(files=[], ranks_present=len(set(known.values())))
+    sel = Selection(files=[], ranks_present=len(set(known.values())), warnings=skip_note)
     if sample:
         chosen = spread(present, sample)
         sel.sampled = chosen
