@@ -2,8 +2,8 @@
 
 ``create_app(root)`` serves the run folders and trace folders under ROOT:
 
-    /           the runs under ROOT; for the chosen run: per-rank table, time per rank,
-                collectives and the top events
+    /           the runs under ROOT, a sortable table (dashboards.index); for the chosen run:
+                per-rank table, time per rank, collectives and the top events
     /timeline   per-rank lanes (binned overview); zooming returns real bars for the window
     /pipeline   the pipeline schedule (F/B/W, bubbles, replay, theory) and bubbles per stage
     /overlap    all-gather / reduce-scatter hidden vs exposed per layer, and memory per rank
@@ -42,6 +42,7 @@ import polars as pl
 from dash import Dash, Input, Output, State, dcc, html, no_update
 from flask import Response
 
+from dashboards import index
 from tracekit import figures as F
 from tracekit import report as R
 from tracekit import runfolder
@@ -220,6 +221,11 @@ class Runs:
                 self._building.pop(key, None)
             return result
 
+    def cached(self, key: tuple) -> _Entry | None:
+        """The analysis cached under (path, signature), if any; never starts one."""
+        with self._lock:
+            return self._cache.get(key)
+
     def message(self, exc: Exception) -> str:
         """An error as the page shows it: one line, ROOT's own location left out."""
         return str(exc).replace(str(self.root), "ROOT")
@@ -332,25 +338,19 @@ def _run_header(rel: str, a: Any) -> html.Div:
     return html.Div(kids)
 
 
-def _page_index(runs: Runs, rel: str | None, entry: _Entry | None) -> list:
+def _page_index(
+    runs: Runs, rel: str | None, entry: _Entry | None, summaries: index.Summaries
+) -> list:
     listed = runs.list_runs()
     kids: list = []
     if not listed:
         kids.append(_nodata("no run folders or trace folders under ROOT"))
     else:
-        items = [
-            html.Li(
-                [
-                    dcc.Link(r, href="/" + _search_for([r])),
-                    " · ",
-                    dcc.Link("timeline", href="/timeline" + _search_for([r])),
-                ]
-            )
-            for r in listed
-        ]
+        # dashboards.index: a sortable table of every run, filled in as analyses come in
+        rows, pending = summaries.rows()
         kids.append(
             html.Details(
-                [html.Summary(f"{len(listed)} runs under ROOT"), html.Ul(items, id="run-list")],
+                [html.Summary(f"{len(listed)} runs under ROOT"), index.table(rows, pending)],
                 open=entry is None,
             )
         )
@@ -631,6 +631,7 @@ def create_app(
     if not root.is_dir():
         raise TracekitError("no such folder", root)
     runs = Runs(root, preloaded=analyses, cache_size=cache_size)
+    summaries = index.Summaries(runs)
     app = Dash(
         __name__,
         title="tracekit",
@@ -713,7 +714,7 @@ def create_app(
                 )
         controls = _run_picker(listed + ([rel] if rel and rel not in listed else []), rel)
         if pathname == "/":
-            return nav, controls, _page_index(runs, rel, entry)
+            return nav, controls, _page_index(runs, rel, entry, summaries)
         if entry is None:
             return nav, controls, [_nodata("choose a run above")]
         page = {
@@ -723,6 +724,16 @@ def create_app(
             "/traffic": _page_traffic,
         }[pathname]
         return nav, controls, page(rel, entry)
+
+    @app.callback(
+        Output("index-table", "data"),
+        Output("index-poll", "disabled"),
+        Input("index-poll", "n_intervals"),
+        prevent_initial_call=True,
+    )
+    def poll_index(n: int | None):
+        rows, pending = summaries.rows()
+        return rows, not pending
 
     @app.callback(
         Output("url", "search"),

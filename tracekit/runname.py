@@ -86,7 +86,8 @@ def names_for(runs: Sequence[tuple[Path, Mapping[str, Any] | None]]) -> list[str
             values = [configs[i].get(key) for i in group]
             if len({repr(v) for v in values}) > 1:
                 for i, v in zip(group, values):
-                    extra[i].append("?" if v is None else phrase(v))
+                    if v is not None:  # a run.json without it keeps the shorter name
+                        extra[i].append(phrase(v))
         for i in group:
             if extra[i]:
                 base = names[i]
