@@ -236,3 +236,45 @@ def test_python_api_is_the_package_function(tmp_path: Path) -> None:
     pred = tracekit.predict(HSDP, "1gbit", out=tmp_path)
     assert (tmp_path / "prediction.json").is_file()
     assert pred["bandwidths"]["inter_node_source"] == "given"
+
+
+# ---------------------------------------------------------------- the Dash traffic page
+
+
+@pytest.mark.slow
+def test_dash_traffic_page_draws_the_curve(tmp_path: Path) -> None:
+    """Real headless Chromium: /traffic of the 2-node HSDP sample shows the predicted curve
+    with the measured run as a point on it."""
+    import shutil
+    import threading
+
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("headless browser tests need /usr/bin/chromium")
+    from playwright.sync_api import sync_playwright
+    from werkzeug.serving import make_server
+
+    from dashboards.app import create_app
+
+    root = tmp_path / "root"
+    shutil.copytree(HSDP, root / "hsdp", ignore=shutil.ignore_patterns("analysis"))
+    srv = make_server("127.0.0.1", 0, create_app(root).server, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+            page = b.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"http://127.0.0.1:{srv.server_port}/traffic?run=hsdp")
+            page.wait_for_selector("#fig-predict-curve .main-svg", timeout=120_000)
+            traces = page.locator("#fig-predict-curve g.trace.scatter")
+            assert traces.count() == 3  # predicted, free communication, measured
+            legend = page.locator("#fig-predict-curve .legend").text_content() or ""
+            assert "measured" in legend and "free communication" in legend
+            assert "knee" in (
+                page.locator("#fig-predict-curve .main-svg").first.text_content() or ""
+            ) + (page.locator("#fig-predict-curve .infolayer").text_content() or "")
+            b.close()
+    finally:
+        srv.shutdown()
+        thread.join(timeout=10)

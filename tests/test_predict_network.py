@@ -10,6 +10,8 @@ each run's own step, the pipeline bubble growing as the bandwidth falls.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,13 @@ SELF_BOUND = 0.05  # the replay at the run's own conditions within 5 %
 
 @pytest.fixture(scope="module")
 def validation(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    dirs = V.make_runs(tmp_path_factory.mktemp("predict-runs"), steps=3)
+    # TRACEKIT_PREDICT_RUNS=DIR keeps the runs there (and reuses them when DIR/index.json exists)
+    keep = os.environ.get("TRACEKIT_PREDICT_RUNS")
+    if keep and (Path(keep) / "index.json").is_file():
+        index = json.loads((Path(keep) / "index.json").read_text())
+        dirs = {k: Path(v) for k, v in index.items()}
+    else:
+        dirs = V.make_runs(Path(keep) if keep else tmp_path_factory.mktemp("predict-runs"), 3)
     v = V.validate(dirs)
     print("\n" + V.report(v))
     return v

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,17 +64,21 @@ def predict_curve(preds: Sequence[tuple[str, dict[str, Any]]]) -> go.Figure | No
                     x=[mp["inter_node_bits_per_s"]],
                     y=[mp["step_time_s"]],
                     mode="markers",
-                    name=f"{name}: measured ({fmt(mp['inter_node_bits_per_s'])})",
+                    name=f"{name}: measured ({mp.get('label') or fmt(mp['inter_node_bits_per_s'])})",
                     marker=dict(color=color, symbol="diamond", size=12, line=dict(width=1)),
                 )
             )
         knee = p["sweep"].get("knee_bits_per_s")
         if knee:
-            fig.add_vline(
-                x=knee,
-                line=dict(color=color, dash="dash", width=1),
-                annotation_text=f"knee {fmt(knee)}",
-                annotation_position="top right" if i % 2 == 0 else "bottom right",
+            fig.add_vline(x=knee, line=dict(color=color, dash="dash", width=1))
+            fig.add_annotation(  # on a log axis an annotation's x is log10 of the value
+                x=math.log10(knee),
+                y=1 - 0.08 * i,
+                yref="paper",
+                text=f"knee {fmt(knee)}",
+                showarrow=False,
+                xanchor="left",
+                font=dict(color=color),
             )
     fig.update_layout(
         template="plotly_white",

@@ -71,7 +71,7 @@ def fmt_rate(bits: float | None) -> str:
     if bits is None:
         return "–"
     for unit, scale in (("tbit", 1e12), ("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
-        if bits >= scale:
+        if bits >= scale * 0.9995:  # 999.9999 mbit is 1 gbit
             return f"{bits / scale:.3g} {unit}"
     return f"{bits:.3g} bit"
 
@@ -248,9 +248,14 @@ def prediction(
             "knee_bits_per_s": knee,
             "knee_note": note,
             "knee_slowdown": model.KNEE_SLOWDOWN,
+            # an unshaped run's own conditions are the model's limit of a fast link (every
+            # call its measured cost): its point sits at HI; a shaped run's at its rate
             "measured_point": {
-                "inter_node_bits_per_s": m.run_inter_bits or cal["inter_node_busbw_bits_per_s"],
+                "inter_node_bits_per_s": m.run_inter_bits or hi,
                 "step_time_s": measured,
+                "label": f"emulated {fmt_rate(m.run_inter_bits)}"
+                if m.run_inter_bits
+                else "unshaped: loopback, plotted at HI",
             },
         }
     return out
