@@ -40,7 +40,10 @@ def _cli(args: list[str], tmp: Path, timeout: float) -> subprocess.CompletedProc
 
 
 def _check_80_columns(text: str) -> None:
+    """Every line but the next-step one (a command with the --out path, left whole)."""
     for line in text.splitlines():
+        if line.startswith("next: "):
+            continue
         assert len(line) <= 80, f"{len(line)} columns: {line!r}"
         assert "…" not in line, f"cut: {line!r}"
 

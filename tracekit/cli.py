@@ -390,6 +390,7 @@ def demo_cmd(out: Path, only: str | None) -> None:
         console.print(
             f"next: `tracekit dash {escape(str(out))}` / open {escape(str(report))}",
             highlight=False,
+            soft_wrap=True,  # one line, however long the paths: the terminal wraps it, not rich
         )
     if failed:
         print(f"tracekit: demo: {', '.join(failed)} failed", file=sys.stderr)
