@@ -21,6 +21,7 @@ until every row is in, so the index shows at once however many runs need analysi
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import urllib.parse
@@ -154,6 +155,10 @@ class Summaries:
     def _work(self) -> None:
         from tracekit.analyze import analyze
 
+        try:  # Linux niceness is per thread: the pages a user waits for go first
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
         while True:
             key, path = self._todo.get()
             try:
