@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import SAMPLES, run_cli
 from tracekit.analyses import predict as model
-from tracekit.analyses.predict_program import Call, Item, Program
+from tracekit.analyses.predict_program import Call, Item, Program, common_origin
 from tracekit.errors import TracekitError
 
 P = importlib.import_module("tracekit.predict")  # the module (tracekit.predict is the function)
@@ -119,6 +119,21 @@ def test_bytes_over_the_bandwidth_and_a_shared_nic() -> None:
     }
     rep = model.replay(progs, calls, model.Network(inter_bits=1e12, latency_s=0.01))
     assert max(rep.step_time_s.values()) == pytest.approx(0.02 + 0.001)
+
+
+def test_ranks_whose_windows_start_apart_keep_one_clock() -> None:
+    # rank 1's window starts 20 ms after rank 0's; both post at 30 ms and wait at 40 ms
+    calls = {"c": Call("c", "all_reduce", [0, 1], 0, 5 * MS)}
+    progs = {
+        0: _program(0, [(30 * MS, "c")], [(40 * MS, "c")], 50 * MS),
+        1: _program(1, [(30 * MS, "c")], [(40 * MS, "c")], 50 * MS),
+    }
+    progs[1].start_ns = 20 * MS
+    progs[1].items[0].t_ns = 20 * MS  # its step starts with its window
+    common_origin(progs)
+    rep = model.replay(progs, calls, model.Network(measured=True))
+    assert rep.exposed_comm_s == {0: 0.0, 1: 0.0}  # ends at 35 ms, needed at 40 ms
+    assert rep.step_time_s[1] == pytest.approx(0.03)
 
 
 def test_a_wait_that_never_resolves_is_a_deadlock() -> None:

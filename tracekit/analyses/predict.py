@@ -57,6 +57,8 @@ class Replay:
     marks: dict[int, dict[tuple, float]] = field(default_factory=dict)  # rank -> key -> t (s)
     work: dict[int, dict[tuple, float]] = field(default_factory=dict)  # rank -> key -> work s
     steps: int = 0
+    call_end_s: dict[str, float] = field(default_factory=dict)  # predicted end of each call
+    span_start_s: dict[tuple[int, str], float] = field(default_factory=dict)  # (rank, call)
 
 
 def floor_ns(call: Call, run_inter_bits: float | None) -> float:
@@ -212,7 +214,16 @@ def replay(
                 hi = b
         comm[r] = total * 1e-9 / steps
         exposed[r] = blocked_ns[r] * 1e-9 / steps
-    return Replay(step_time, comm, exposed, marks, marks_work, n_steps)
+    return Replay(
+        step_time,
+        comm,
+        exposed,
+        marks,
+        marks_work,
+        n_steps,
+        {k: v * 1e-9 for k, v in end.items()},
+        {k: v * 1e-9 for k, v in span_start.items()},
+    )
 
 
 def slowest(rep: Replay) -> float | None:

@@ -83,15 +83,17 @@ class Program:
     end_ns: int
     items: list[Item]
     blocked: list[tuple[int, int]]  # merged measured blocked intervals [W, R)
+    origin_ns: int = 0  # the job's clock origin: the earliest window start of all ranks
 
     def work_ns(self, t: int) -> int:
-        """Work time of measured time t: t - start minus the blocked time before t."""
+        """Work time of measured time t: t - origin minus the blocked time before t (one
+        origin for every rank, so that ranks that started apart stay apart)."""
         done = 0
         for a, b in self.blocked:
             if a >= t:
                 break
             done += min(b, t) - a
-        return t - self.start_ns - done
+        return t - self.origin_ns - done
 
 
 def _hops(op: str, n: int) -> int:
@@ -338,4 +340,14 @@ def programs(
         items.sort(key=lambda it: (it.t_ns, order[it.kind]))
         spans = _merge([(wt, rt) for wt, rt, _, _ in waits if rt > wt])
         out[rank] = Program(rank, w0, w1, items, spans)
-    return out
+    return common_origin(out)
+
+
+def common_origin(progs: dict[int, Program]) -> dict[int, Program]:
+    """Every rank's work time counted from the earliest window start (ranks' windows start at
+    their first ProfilerStep, tens of ms apart: counting each from its own start moved
+    their calls against each other)."""
+    origin = min((p.start_ns for p in progs.values()), default=0)
+    for p in progs.values():
+        p.origin_ns = origin
+    return progs
