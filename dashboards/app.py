@@ -444,9 +444,17 @@ def _page_traffic(rel: str, entry: _Entry) -> list:
         _fig_or_nodata(_figure(entry, "collective_time"), "collective_time", "fig-collective-time"),
         _table(R.collectives_table(a.summary)),
         html.H3("what if the network were slower (tracekit predict)"),
-        _fig_or_nodata(_figure(entry, "predict_curve"), "predict_curve", "fig-predict-curve"),
+        _predict_curve(entry),
     ]
     return kids
+
+
+def _predict_curve(entry: _Entry) -> Any:
+    """tracekit predict's sweep for this run (tracekit.figures_predict), built once."""
+    from tracekit import figures_predict as FP
+
+    fig = _memo(entry, "figure:predict_curve", lambda: FP.curve_for(entry.analysis))
+    return _graph(fig, "fig-predict-curve") if fig is not None else _nodata(FP.NO_DATA)
 
 
 def _page_compare(runs: Runs, chosen: list[str]) -> list:

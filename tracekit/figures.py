@@ -86,7 +86,6 @@ NO_DATA = {
     "traffic_matrix": "this run has no traffic data",
     "collective_bandwidth": "this run has no collectives data",
     "collective_time": "this run has no collectives data",
-    "predict_curve": "this run has no matched collective or p2p calls to predict from",
 }
 
 _BASE_LAYOUT = dict(
@@ -1521,14 +1520,7 @@ FIGURES: dict[str, Callable[[Any], go.Figure | None]] = {
     "traffic_matrix": lambda a: traffic_matrix(a.summary),
     "collective_bandwidth": lambda a: collective_bandwidth(a.summary),
     "collective_time": lambda a: collective_time(a.summary),
-    "predict_curve": lambda a: _predict_curve(a),
 }
-
-
-def _predict_curve(analysis: Any) -> go.Figure | None:
-    from tracekit.figures_predict import curve_for  # its own module (tracekit predict)
-
-    return curve_for(analysis)
 
 
 def figures_for(analysis: Any) -> dict[str, go.Figure | None]:

@@ -17,6 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 DEFAULT_SWEEP = "100mbit:100gbit"
+NO_DATA = "this run has no matched collective or p2p calls to predict from"
 _COLORS = ("#4c78a8", "#e45756", "#54a24b", "#b279a2", "#f58518", "#72b7b2")
 
 

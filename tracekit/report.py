@@ -386,7 +386,7 @@ SECTIONS: list[tuple[str, list[str], Callable[[dict], Table | None] | None, str 
         "what if the network were slower (tracekit predict)",
         ["predict_curve"],
         None,
-        "predict_curve",
+        None,
     ),
 ]
 
@@ -530,6 +530,8 @@ def _md(analyses, names, tmp, progress) -> None:
         lines.append("")
         lines += _md_table(rank_table(s))
         for title, _figs, table_fn, nodata in SECTIONS[2:]:
+            if table_fn is None and nodata is None:
+                continue  # figures only (the prediction): nothing for a table format
             lines += [f"### {_md_cell(title)}", ""]
             t = table_fn(s) if table_fn else None
             lines += _md_table(t) if t else [f"_{F.NO_DATA[nodata]}_", ""]
@@ -603,6 +605,10 @@ def _report_figures(analyses: Sequence[Any], names: Sequence[str]) -> tuple[dict
     summaries = [(n, a.summary) for n, a in zip(names, analyses)]
     compare = F.compare_figures(summaries) if len(analyses) > 1 else {}
     per_run = [F.figures_for(a) for a in analyses]
+    from tracekit.figures_predict import curve_for  # tracekit predict's sweep, when it has one
+
+    for figs, a in zip(per_run, analyses):
+        figs["predict_curve"] = curve_for(a)
     return compare, per_run
 
 
@@ -649,6 +655,8 @@ def _html_doc(
             parts.append(_html_table(rank_table(s)))
         for title, fig_names, table_fn, nodata in SECTIONS:
             present = [figs.get(k) for k in fig_names if figs.get(k) is not None]
+            if not present and nodata is None and table_fn is None:
+                continue  # an optional section (the prediction) this run has nothing for
             parts.append(f"<h3>{html.escape(title)}</h3>")
             if not present and nodata:
                 parts.append(f'<p class="nodata">{html.escape(F.NO_DATA[nodata])}</p>')
