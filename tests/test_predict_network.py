@@ -37,12 +37,14 @@ SELF_BOUND = 0.05  # the replay at the run's own conditions within 5 %
 @pytest.fixture(scope="module")
 def validation(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # TRACEKIT_PREDICT_RUNS=DIR keeps the runs there (and reuses them when DIR/index.json exists)
+    # (pairs whose compute differs by more than V.COMPARABLE are made again: V.make_runs)
     keep = os.environ.get("TRACEKIT_PREDICT_RUNS")
+    existing = None
     if keep and (Path(keep) / "index.json").is_file():
         index = json.loads((Path(keep) / "index.json").read_text())
-        dirs = {k: Path(v) for k, v in index.items()}
-    else:
-        dirs = V.make_runs(Path(keep) if keep else tmp_path_factory.mktemp("predict-runs"), 3)
+        existing = {k: Path(v) for k, v in index.items()}
+    out = Path(keep) if keep else tmp_path_factory.mktemp("predict-runs")
+    dirs = V.make_runs(out, 3, existing=existing)
     v = V.validate(dirs)
     print("\n" + V.report(v))
     return v

@@ -117,4 +117,19 @@ def sweep_for(analysis: Any) -> dict[str, Any] | None:
 def curve_for(analysis: Any) -> go.Figure | None:
     """The one-run figure for FIGURES (the Dash traffic page, reports)."""
     pred = sweep_for(analysis)
-    return predict_curve([(Path(analysis.path).name, pred)]) if pred else None
+    if not pred:
+        return None
+    others = [(c["name"], c) for c in pred.get("compared") or [] if c.get("sweep")]
+    fig = predict_curve([(Path(analysis.path).name, pred), *others])
+    for c in pred.get("crossovers") or []:
+        for x in c.get("crossover_bits_per_s") or []:
+            fig.add_vline(x=x, line=dict(color="#555", dash="dot", width=1))
+            fig.add_annotation(
+                x=math.log10(x),
+                y=0.02,
+                yref="paper",
+                text=f"crossover {_predict_module().fmt_rate(x)}",
+                showarrow=False,
+                xanchor="left",
+            )
+    return fig

@@ -91,6 +91,12 @@ def run_predict(
     for (name, pred), p in zip(preds, paths):
         if cross:
             pred["crossovers"] = [c for c in cross if str(p) in (c["a"], c["b"])]
+            # the other runs' curves, so that this run's figure draws them beside its own
+            pred["compared"] = [
+                {"name": n, "source": o["source"], "sweep": o["sweep"]}
+                for n, o in preds
+                if o is not pred
+            ]
         console.print(rank_table(pred, name))
         sc = pred["self_check"]
         console.print(
