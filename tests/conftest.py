@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,3 +34,120 @@ def run_cli(
 @pytest.fixture(scope="session")
 def hta() -> Path:
     return HTA
+
+
+# --- the fast tier ------------------------------------------------------------------------------
+# `pytest -m "not slow"` (make test-fast) starts no multi-process job and no browser. Tests that
+# do are marked slow here, centrally: by module, by the fixture that starts the job (so a new
+# test using it is slow without saying so), by name or by parameter; a module may also mark
+# itself.
+SLOW_MODULES = {
+    "test_dash": "Chromium through Playwright",
+    "test_dp": "tracekit run dp jobs",
+    "test_failed_runs": "tracekit run jobs that crash, hang and time out",
+    "test_fsdp": "tracekit run fsdp / hsdp jobs",
+    "test_matching": "a torchrun job with several process groups",
+    "test_netns": "emulated multi-node jobs",
+    "test_pipeline_runs": "tracekit run pipeline jobs",
+    "test_profile_api": "torchrun and srun-style 2-rank jobs",
+    "test_tp": "tracekit run tp / tp-dp jobs",
+    "test_zero": "tracekit run zero1-3 jobs",
+}
+SLOW_FIXTURES = {  # "module::fixture" -> what it starts
+    "test_demo::demo": "tracekit demo (four runs)",
+    "test_flight_recorder::live_dir": "a 2-rank torchrun job",
+    "test_foreign_traces::cycles": "a 2-rank torchrun job",
+    "test_ingest::gloo_traces": "a 2-rank torchrun job",
+    "test_overlap::fsdp2_traces": "a 2-rank torchrun FSDP2 job",
+    "test_pipeline_analysis::torch_traces": "a 2-rank torch.distributed.pipelining job",
+    "test_traffic_runs::two_nodes": "tracekit run hsdp / zero3 jobs on 4 ranks",
+}
+SLOW_TESTS = {  # "module::test" -> what it starts
+    "test_no_harm::test_ctrl_c_stops_run": "tracekit run dp, stopped by Ctrl-C",
+}
+SLOW_PARAMS = {  # "module::parameter" -> {value: what it starts}
+    "test_flight_recorder::records": {"live": "a 2-rank torchrun job (live_dir)"},
+    "test_report::fmt": {"pdf": "Chromium (kaleido)", "png": "Chromium (kaleido)"},
+}
+
+
+def _slow_param(module: str, item: pytest.Item) -> str | None:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for name, value in params.items():
+        why = (
+            SLOW_PARAMS.get(f"{module}::{name}", {}).get(value) if isinstance(value, str) else None
+        )
+        if why:
+            return why
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.stem
+        why = (
+            SLOW_MODULES.get(module)
+            or SLOW_TESTS.get(f"{module}::{getattr(item, 'originalname', item.name)}")
+            or _slow_param(module, item)
+            or next(
+                (
+                    SLOW_FIXTURES[f"{module}::{f}"]
+                    for f in getattr(item, "fixturenames", ())
+                    if f"{module}::{f}" in SLOW_FIXTURES
+                ),
+                None,
+            )
+        )
+        if why and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow(reason=why))
+
+
+def _starts_job_or_browser(args: Any, env: dict | None) -> str | None:
+    """What a process about to start is, when it is a multi-process job or a browser."""
+    argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+    argv = [os.fsdecode(a) for a in argv]
+    names = [os.path.basename(a).lower() for a in argv]
+    if "torch.distributed.run" in argv or "torchrun" in names:
+        return "a torchrun job"
+    if "tracekit.cli" in argv and argv[argv.index("tracekit.cli") + 1 :][:1] in (["run"], ["demo"]):
+        return "tracekit run"
+    if any(re.search(r"chrom(e|ium)", n) for n in names):
+        return "a browser (Chromium)"
+    if any("playwright" in a for a in argv[:2]):
+        return "a browser (Playwright)"
+    if env and any(env.get(k, "1") not in ("0", "1") for k in ("WORLD_SIZE", "SLURM_NTASKS")):
+        return "a rank of a multi-process job (WORLD_SIZE / SLURM_NTASKS in its environment)"
+    return None
+
+
+_RUNNING: list[pytest.Item] = []  # the test whose setup, call or teardown runs now
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    _RUNNING.append(item)
+    try:
+        yield
+    finally:
+        _RUNNING.remove(item)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under -m "not slow", an unmarked test that starts a job or a browser fails, saying so."""
+    if "not slow" not in (config.getoption("markexpr", "") or ""):
+        return
+    real = subprocess.Popen
+
+    class FastTierPopen(real):  # observes only: every process still starts through Popen
+        def __init__(self, args: Any, *rest: Any, **kw: Any) -> None:
+            what = _starts_job_or_browser(args, kw.get("env"))
+            test = _RUNNING[-1] if _RUNNING else None
+            if what and test is not None and test.get_closest_marker("slow") is None:
+                raise RuntimeError(
+                    f"{test.nodeid} is not marked slow but starts {what}: add it to SLOW_MODULES, "
+                    "SLOW_FIXTURES, SLOW_TESTS or SLOW_PARAMS in tests/conftest.py, or mark it slow"
+                )
+            super().__init__(args, *rest, **kw)
+
+    subprocess.Popen = FastTierPopen
+    config.add_cleanup(lambda: setattr(subprocess, "Popen", real))

@@ -44,10 +44,13 @@ def declared_distributions(pyproject: dict) -> set[str]:
     return {_normalise(re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", r)[1]) for r in reqs}
 
 
-def _is_local(module: str, source: Path) -> bool:
-    """A sibling module of the importing file (tests' conftest, benchmarks' measure, ...)."""
-    here = source.parent
-    return (here / f"{module}.py").is_file() or (here / module / "__init__.py").is_file()
+def _is_local(module: str, source: Path, root: Path) -> bool:
+    """A module of the repository: a sibling of the importing file (tests' conftest, benchmarks'
+    measure) or a top-level folder or file of the repository (``from tests.conftest import``)."""
+    return any(
+        (here / f"{module}.py").is_file() or (here / module).is_dir()
+        for here in (source.parent, root)
+    )
 
 
 @functools.cache
@@ -72,7 +75,7 @@ def third_party_imports(root: Path = ROOT) -> dict[str, set[str]]:
                         top in sys.stdlib_module_names
                         or top in FIRST_PARTY
                         or top == "__future__"
-                        or _is_local(top, path)
+                        or _is_local(top, path, root)
                     ):
                         continue
                     found.setdefault(top, set()).add(str(path.relative_to(root)))
