@@ -285,9 +285,12 @@ def bin_states(
         ((pl.col("end_ns").clip(upper_bound=hi_ns) - lo_ns).cast(pl.Float64) / width).alias("e"),
     )
     rank = f["rank"].to_numpy()
-    lookup = np.full(int(max(int(rank.max(initial=0)), max(lanes))) + 1, -1, dtype=np.int64)
-    lookup[np.asarray(lanes, dtype=np.int64)] = np.arange(n_lanes)
-    lane = np.where(rank >= 0, lookup[np.clip(rank, 0, len(lookup) - 1)], -1)
+    # rank -> lane by a search in the sorted lanes: a table indexed by rank would be as long
+    # as the largest rank number (2^31 for a trace that says so)
+    lane_of = np.asarray(lanes, dtype=np.int64)
+    by = np.argsort(lane_of, kind="stable")
+    at = np.clip(np.searchsorted(lane_of[by], rank), 0, n_lanes - 1)
+    lane = np.where(lane_of[by][at] == rank, by[at], -1)
     s_, e_ = f["s"].to_numpy(), f["e"].to_numpy()
     keep = (lane >= 0) & (e_ > s_)
     row = (lane * n_states + f["code"].to_numpy())[keep]  # (lane, state) row of the result
@@ -1317,6 +1320,11 @@ def _median(values: list) -> float | None:
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
+def _max_known(values: Iterable[Any]) -> float | None:
+    known = [_num(v) for v in values if v is not None]
+    return max(known) if known else None
+
+
 def compare_rows(runs: Sequence[Run]) -> list[dict]:
     """One row per run: the numbers the comparison shows (also the CLI's and Markdown's table)."""
     out = []
@@ -1343,13 +1351,12 @@ def compare_rows(runs: Sequence[Run]) -> list[dict]:
                 "exposed_comm_s": _mean([r.get("exposed_comm_s") for r in ranks]),
                 "other_s": _mean([r.get("other_s") for r in ranks]),
                 "idle_s": _mean([r.get("idle_s") for r in ranks]),
-                "params_bytes": max((_num(m.get("params_bytes")) for m in mem), default=None),
-                "grads_bytes": max((_num(m.get("grads_bytes")) for m in mem), default=None),
-                "optimizer_bytes": max((_num(m.get("optimizer_bytes")) for m in mem), default=None),
-                "model_states_bytes": max(
-                    (_num(m.get("model_states_bytes")) for m in mem), default=None
-                ),
-                "peak_bytes": max((_num(m.get("peak_bytes")) for m in mem), default=None),
+                # the largest known value; null (shown "–") when no rank knows it, never 0
+                "params_bytes": _max_known(m.get("params_bytes") for m in mem),
+                "grads_bytes": _max_known(m.get("grads_bytes") for m in mem),
+                "optimizer_bytes": _max_known(m.get("optimizer_bytes") for m in mem),
+                "model_states_bytes": _max_known(m.get("model_states_bytes") for m in mem),
+                "peak_bytes": _max_known(m.get("peak_bytes") for m in mem),
                 # payload S of every rank's row, summed over ranks (collectives rank_bytes)
                 "collective_bytes": co.get("bytes"),
                 # bytes on the wire, all links, whole window (traffic total_bytes)
