@@ -143,7 +143,7 @@ def validate(dirs: dict[str, Path]) -> dict[str, Any]:
     rows = []
     for target, source, rate in PREDICTED:
         pred = P.prediction(models[source], P.parse_bandwidth(rate))
-        measured = P._measured_step(models[target])
+        measured = P.measured_step(models[target])
         rows.append(
             {
                 "run": target,

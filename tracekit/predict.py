@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -152,7 +151,8 @@ def build(analysis: Any) -> Model:
     )
 
 
-def _measured_step(m: Model) -> float | None:
+def measured_step(m: Model) -> float | None:
+    """The measured step: the median profiled step of the slowest rank (summary.json)."""
     vals = [v["step_time_s"] for v in m.measured_ranks.values() if v["step_time_s"] is not None]
     return max(vals) if vals else None
 
@@ -202,7 +202,7 @@ def prediction(
     latency_s = latency_us * 1e-6
     own = m.replay(model.Network(measured=True))
     free = m.replay(model.Network(None, None, 0.0))
-    measured = _measured_step(m)
+    measured = measured_step(m)
     cal = m.calibration
     if inter is None:  # the run's own conditions
         rep, inter_bits, source = own, m.run_inter_bits or cal["inter_node_busbw_bits_per_s"], None
@@ -350,7 +350,3 @@ def predict(
         target = Path(out) / "prediction.json" if out is not None else default_output(path)
         write_prediction(pred, target)
     return pred
-
-
-def median_or_none(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
