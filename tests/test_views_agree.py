@@ -200,3 +200,20 @@ def test_unknown_sizes_are_null_on_a_hand_built_table():
     # one known size among unknown ones: the known sum, and the count of unknown ones
     part = collectives_summary(table.with_columns(bytes=pl.Series([1000, None, None, None])))
     assert part["per_op"][0]["bytes"] == 1000 and part["per_op"][0]["unknown_size"] == 3
+
+
+def test_point_to_point_counts_each_transfer_once(tmp_path):
+    """pp-1f1b: a send and its recv are one transfer (one call_id): per op each counts once,
+    the total once, and the wire carries S on the one link."""
+    done = run_cli("analyze", str(SAMPLES / "pp-1f1b"), "--no-cache", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    frame = pl.read_parquet(tmp_path / "collectives.parquet")
+    per_op = {r["op"]: r for r in summary["collectives"]["per_op"]}
+    sends = frame.filter(pl.col("op") == "send")
+    transfers = frame.filter(pl.col("op").is_in(["send", "recv"])).unique("call_id")
+    assert per_op["send"]["call_bytes"] == int(sends["bytes"].sum())
+    assert per_op["recv"]["call_bytes"] == int(transfers["bytes"].sum())
+    by_op = {r["op"]: r for r in summary["traffic"]["by_op"]}
+    assert by_op["send"]["bytes"] == by_op["send"]["payload_bytes"] == int(transfers["bytes"].sum())
+    assert summary["collectives"]["call_bytes"] == int(frame.unique("call_id")["bytes"].sum())

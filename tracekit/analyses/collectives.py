@@ -381,11 +381,17 @@ def collectives_summary(table: pl.DataFrame) -> dict:
         _known_sum(pl.col("bytes") * pl.col("bus_factor")).alias("ideal")
     )
     # one row per call for call_bytes: rows matched to one call_id count once (one member's
-    # view), a row matched to no call counts on its own
-    one_per_call = table.with_columns(
+    # view), a row matched to no call counts on its own; per op, a p2p transfer counts once as
+    # a send and once as a recv, in the total once
+    calls_of = table.with_columns(
         pl.coalesce("call_id", pl.format("row:{}", pl.int_range(pl.len()))).alias("_call")
-    ).unique("_call", keep="first", maintain_order=True)
-    call_bytes = one_per_call.group_by("op").agg(_known_sum(pl.col("bytes")).alias("call_bytes"))
+    )
+    one_per_call = calls_of.unique("_call", keep="first", maintain_order=True)
+    call_bytes = (
+        calls_of.unique(["op", "_call"], keep="first", maintain_order=True)
+        .group_by("op")
+        .agg(_known_sum(pl.col("bytes")).alias("call_bytes"))
+    )
     per_op = (
         table.group_by("op")
         .agg(
