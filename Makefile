@@ -12,7 +12,7 @@ format:
 	ruff format .
 	ruff check --fix .
 
-# no multi-process jobs, no browser: under 3 minutes on 2 cores (tests/conftest.py says what is slow)
+# no multi-process jobs, no browser: 2 minutes of CPU (tests/conftest.py says what is slow)
 test-fast:
 	$(PYTHON) -m pytest -q -m "not slow"
 
