@@ -114,9 +114,10 @@ def make_runs(
                 best = (worst, made)
             if worst <= COMPARABLE:
                 break
+            last = attempt == retries
             print(
                 f"{', '.join(group)}: compute per step {compute} differs by {100 * worst:.0f} %;"
-                " made again",
+                + (" keeping the attempt that agrees best" if last else " made again"),
                 file=sys.stderr,
                 flush=True,
             )
