@@ -292,6 +292,21 @@ def test_lines_cut_off_mid_text_are_named(tmp_path):
     )
 
 
+def test_a_huge_nranks_is_not_listed_rank_by_rank(tmp_path):
+    """A damaged or hostile line can claim 10^9 ranks: the warning names the gaps as ranges,
+    nothing is placed rank by rank, and it stays fast."""
+    line = "h:1:2 [0] NCCL INFO comm 0x1 rank 5 nRanks 999999999 nNodes 9 localRanks 8 localRank 5"
+    (tmp_path / "x.log").write_text(line + "\n")
+    t0 = time.perf_counter()
+    log = read_nccl_logs(tmp_path / "x.log")
+    assert sorted(rank_layout(log)) == [5]
+    assert time.perf_counter() - t0 < 5
+    assert (
+        "NCCL logs cover 1 of 999999999 ranks (nNodes 9, 1 seen): ranks 0-4,6-999999998 unknown"
+        in (log.warnings)
+    )
+
+
 def _log_folders(tmp_path: Path) -> list[Path]:
     """Every NCCL log of the test data as a run folder: each tests/data/nccl file on its own,
     and the GPU runs of tests/data/gpu that kept their logs."""

@@ -28,7 +28,20 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analyses.group_names import ranks_text
+MAX_PLACED = 1 << 20  # ranks placed from localRanks at most (a damaged nranks can say 10^9)
+
+
+def _gaps(seen: list[int], total: int) -> str:
+    """The ranks 0..total-1 not in sorted ``seen``, as ranges ("0-2,4,8-15"), without listing
+    them one by one (total comes from the log and can be huge)."""
+    parts, at = [], 0
+    for r in [*seen, total]:
+        if r > at:
+            parts.append(
+                str(at) if r - at == 1 else f"{at},{at + 1}" if r - at == 2 else f"{at}-{r - 1}"
+            )
+        at = max(at, r + 1)
+    return ",".join(parts)
 
 
 def _ranks_in_lines(log: Any) -> int | None:
@@ -119,7 +132,7 @@ def derive(log: Any, world: pl.DataFrame) -> tuple[dict[int, dict[str, Any]], li
             local = v["local_rank"]
         layout[r] = {"host": v["host"], "node": node, "local_rank": local, "source": v["source"]}
 
-    total = n if n is not None else _ranks_in_lines(log)
+    total = n if n is not None else max(_ranks_in_lines(log) or 0, max(layout) + 1)
     if total is not None and not blocks_ok and len(layout) == total:
         count: dict[Any, int] = {}
         for r in sorted(layout):  # position among its node's ranks, in rank order
@@ -127,8 +140,11 @@ def derive(log: Any, world: pl.DataFrame) -> tuple[dict[int, dict[str, Any]], li
             if v["local_rank"] is None and v["node"] is not None:
                 v["local_rank"] = count.get(v["node"], 0)
             count[v["node"]] = count.get(v["node"], 0) + 1
-    missing = [r for r in range(total or 0) if r not in layout]
-    if blocks_ok and n is not None:
+    seen_ranks = sorted(r for r in layout if total is None or r < total)
+    n_missing = (total or 0) - len(seen_ranks)
+    infer = blocks_ok and n is not None and n <= MAX_PLACED
+    if infer:
+        missing = [r for r in range(n) if r not in layout]
         host_of = {r // per: v["host"] for r, v in layout.items() if v["host"]}
         for r in missing:
             layout[r] = {
@@ -137,21 +153,17 @@ def derive(log: Any, world: pl.DataFrame) -> tuple[dict[int, dict[str, Any]], li
                 "local_rank": r % per,
                 "source": "localRanks",
             }
-    if missing:
+    if n_missing > 0:
         seen_nodes = len(named)
         plural = "s" if seen_nodes != 1 else ""
         nodes = (
             f"nNodes {nnodes}, {seen_nodes} seen" if nnodes else f"{seen_nodes} host{plural} seen"
         )
         size = f"{total}" if n is not None else f"at least {total}"
-        how = (
-            f"placed from localRanks only (node = rank // {per})"
-            if blocks_ok and n is not None
-            else "unknown"
-        )
+        how = f"placed from localRanks only (node = rank // {per})" if infer else "unknown"
         warnings.insert(
             0,
             f"NCCL logs cover {len(seen)} of {size} ranks ({nodes}): ranks "
-            f"{ranks_text(missing)[1:-1]} {how}",
+            f"{_gaps(seen_ranks, total or 0)} {how}",
         )
     return dict(sorted(layout.items())), warnings
