@@ -10,10 +10,11 @@ kind, decided at ingest from category and name:
                      communication calls
 - ``communication``  nccl/rccl kernels (``ncclKernel_*``, ``ncclDevKernel_*``), gloo ``gloo:*``
                      annotations, and the calling-thread ``c10d::*`` ops
-- ``memory``         gpu_memcpy / gpu_memset
+- ``memory``         gpu_memcpy / gpu_memset (and MTIA ``dma*`` commands)
 - ``sync``           cuda_sync events (GPU-side synchronisation)
 - ``annotation``     user_annotation / gpu_user_annotation (labels, ProfilerStep#N, nccl:* cpu marks)
-- ``runtime``        cuda_runtime / cuda_driver calls
+- ``runtime``        host calls of a device runtime: cuda_runtime / cuda_driver (also HIP), mtia_runtime,
+                     xpu_* and privateuse1_* runtime/driver (tracekit/ingest/devices.py)
 - ``other``          everything else (python_function, Trace spans, ...)
 
 Collective columns (``op``, ``bytes``, ``dtype``, ``group``, ``group_size``, ``group_ranks``,
@@ -31,7 +32,7 @@ KINDS = ("compute", "communication", "memory", "sync", "annotation", "runtime", 
 
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32,
-    "device": pl.Utf8,  # "cpu" | "gpu"
+    "device": pl.Utf8,  # "cpu" | "gpu" (any accelerator's device timeline: CUDA, ROCm, MTIA)
     "pid": pl.Utf8,
     "tid": pl.Utf8,  # thread id on CPU, stream id on GPU, as text
     "thread_name": pl.Utf8,  # from thread_name metadata ("pt_gloo_runloop", ...), may be null
