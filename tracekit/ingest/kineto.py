@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import multiprocessing
 import os
 import stat
@@ -240,13 +241,16 @@ def max_trace_bytes() -> tuple[int, str]:
     if text:
         unit = text[-1] if text[-1] in "kmgt" else ""
         try:
-            value = int(float(text.removesuffix(unit)) * _SUFFIXES[unit])
-        except ValueError:
+            number = float(text.removesuffix(unit))
+            if not math.isfinite(number) or number < 0:
+                raise ValueError(text)
+            value = int(number * _SUFFIXES[unit])  # inf would raise OverflowError here
+        except (ValueError, OverflowError):
             raise TracekitError(
                 f"{MAX_BYTES_ENV}={os.environ[MAX_BYTES_ENV]!r} is not a number of "
                 "bytes (e.g. 2000000000 or 2G)"
             ) from None
-        return max(value, 0), f"{MAX_BYTES_ENV}"
+        return value, f"{MAX_BYTES_ENV}"
     avail = _available_memory()
     if avail is None:
         return 2**62, "no memory limit known"
