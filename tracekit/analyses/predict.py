@@ -3,14 +3,15 @@
 Each rank runs its program (tracekit.analyses.predict_program): work at its measured pace,
 posts of calls, waits for them. A matched call starts when its last member has posted it
 (and the member's runloop thread has finished the call it ran before, as measured) and ends
-on all members at once:
+on each member:
 
-    end = start + max(floor, network)
+    end on rank r = max(start + floor_r, start + network)
     network = latency x hops + max over the call's NICs of (queue + bytes / inter-node rate),
               and intra-node link bytes / intra-node rate when that rate is given
-    floor   = the call's CPU cost: its measured transfer time on an unshaped run (gloo's copies
-              and reductions, loopback); on a shaped run (run.json launch.network) the
-              measured transfer minus its bytes at the run's own rate
+    floor_r = the call's CPU cost on rank r: from the last member's arrival to r's end, as
+              measured on an unshaped run (gloo's copies and reductions, loopback; ranks of
+              one ring end apart); on a shaped run (run.json launch.network) minus the
+              call's bytes at the run's own rate
 
 A NIC is one direction of one node's link (tc tbf shapes every node's veth both ways), served
 first come first served, so calls of different groups crossing at once share it. A wait ends
@@ -61,12 +62,14 @@ class Replay:
     span_start_s: dict[tuple[int, str], float] = field(default_factory=dict)  # (rank, call)
 
 
-def floor_ns(call: Call, run_inter_bits: float | None) -> float:
-    """The call's CPU cost (see the module docstring)."""
+def floor_ns(call: Call, run_inter_bits: float | None, rank: int | None = None) -> float:
+    """The call's CPU cost (see the module docstring): on ``rank``, from the last member's
+    arrival to the rank's end as measured; else the call's measured transfer."""
+    t = call.end_offset_ns.get(rank, call.transfer_ns) if rank is not None else call.transfer_ns
     if not run_inter_bits:
-        return float(call.transfer_ns)
+        return float(t)
     net = max(call.nic.values(), default=0.0) * 8 / run_inter_bits * 1e9
-    return max(0.0, call.transfer_ns - net)
+    return max(0.0, t - net)
 
 
 def _dispatch(
@@ -109,7 +112,8 @@ def replay(
     nxt = {r: 0 for r in programs}
     delay = {r: 0.0 for r in programs}  # predicted time - work time (ns)
     posted: dict[str, dict[int, float]] = {}
-    end: dict[str, float] = {}
+    end: dict[str, float] = {}  # call -> its last member's end
+    end_at: dict[tuple[int, str], float] = {}  # (rank, call) -> its end on that rank
     span_start: dict[tuple[int, str], float] = {}
     parked: dict[str, list[int]] = {}
     nic_free: dict[tuple[int, str], float] = {}
@@ -118,10 +122,11 @@ def replay(
     marks_work: dict[int, dict[tuple, float]] = {r: {} for r in programs}
     waiting_on_prev: dict[str, list[str]] = {}
 
-    def duration_end(call: Call, start: float) -> float:
+    def member_ends(call: Call, start: float) -> dict[int, float]:
+        """rank -> when the call ends there: the measured offset from the last arrival
+        (ranks of one ring end apart), or later when the network says so."""
         if net.measured:
-            return start + call.transfer_ns
-        fl = floor_ns(call, run_inter_bits)
+            return {m: start + call.end_offset_ns.get(m, call.transfer_ns) for m in call.members}
         net_end = start
         if net.inter_bits:
             for k, b in sorted(call.nic.items()):
@@ -132,7 +137,7 @@ def replay(
             net_end = max(net_end, start + call.intra_bytes * 8 / net.intra_bits * 1e9)
         if call.nic or call.intra_bytes:
             net_end += net.latency_s * 1e9 * call.hops
-        return max(start + fl, net_end)
+        return {m: max(start + floor_ns(call, run_inter_bits, m), net_end) for m in call.members}
 
     heap: list[tuple[float, int]] = []
 
@@ -151,10 +156,12 @@ def replay(
             if prev is not None and prev in calls and prev not in end:
                 waiting_on_prev.setdefault(prev, []).append(cid)
                 return
-            ready = max(got[m], end.get(prev, -math.inf) if prev else -math.inf)
+            ready = max(got[m], end_at.get((m, prev), -math.inf) if prev else -math.inf)
             span_start[(m, cid)] = ready + d
             starts.append(ready + d)
-        end[cid] = duration_end(call, max(starts))
+        ends = member_ends(call, max(starts))
+        end[cid] = max(ends.values())
+        end_at.update({(m, cid): t for m, t in ends.items()})
         for r in parked.pop(cid, []):
             push(r)
         for dep in waiting_on_prev.pop(cid, []):
@@ -176,7 +183,7 @@ def replay(
             if it.call_id not in end:
                 parked.setdefault(it.call_id, []).append(r)
                 continue
-            resume = end[it.call_id] + it.lag_ns
+            resume = end_at[(r, it.call_id)] + it.lag_ns
             if resume > now:
                 blocked_ns[r] += resume - now
                 delay[r] = resume - w
@@ -203,7 +210,7 @@ def replay(
         n_steps = max(n_steps, len(durs))
         step_time[r] = statistics.median(durs) if durs else None
         spans = sorted(
-            (span_start[(r, it.call_id)], end[it.call_id])
+            (span_start[(r, it.call_id)], end_at[(r, it.call_id)])
             for it in prog.items
             if it.kind == "post" and (r, it.call_id) in span_start
         )

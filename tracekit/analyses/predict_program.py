@@ -59,6 +59,8 @@ class Call:
     members: list[int]
     bytes: int | None
     transfer_ns: int  # measured transfer (the shortest member span)
+    # rank -> measured end minus the last member's span start (>= 0): where each rank ends
+    end_offset_ns: dict[int, int] = field(default_factory=dict)
     nic: dict[tuple[int, str], float] = field(default_factory=dict)  # (node, "out"|"in") -> B
     intra_bytes: float = 0.0  # bytes on the busiest intra-node link
     hops: int = 1  # sequential message steps (latency is paid per step)
@@ -69,7 +71,7 @@ class Item:
     kind: str  # "post" | "wait" | "mark"
     t_ns: int  # measured time (post: the call's start on the thread; wait: W; mark: the marker)
     call_id: str | None = None
-    lag_ns: int = 0  # wait: measured R - the call's matched end (last start + transfer)
+    lag_ns: int = 0  # wait: measured R - the call's end on this rank (p2p: on both)
     span_start_ns: int = 0  # post: when its span started on the rank
     span_end_ns: int = 0  # post: when its span ended on the rank
     thread: str | None = None  # post: the runloop thread that ran it
@@ -146,6 +148,19 @@ def calls_table(coll: pl.DataFrame, nodes: dict[int, int]) -> dict[str, Call]:
         c = out.get(r["call_id"])
         if c is not None and r["s"] is not None and r["e"] is not None:
             c.transfer_ns = int(min(c.transfer_ns, max(0, r["e"] - r["s"])))
+    # collectives end on each rank as measured; a p2p transfer ends at once on both (the send's
+    # span lasts until the sender's wait(), which is no end of the transfer)
+    last = (
+        coll.filter(
+            pl.col("complete")
+            & pl.col("call_id").is_in(list(out))
+            & ~pl.col("op").is_in(matching.P2P)
+        )
+        .with_columns(pl.col("start_ns").max().over("call_id").alias("_s"))
+        .select("call_id", "rank", (pl.col("end_ns") - pl.col("_s")).clip(0).alias("off"))
+    )
+    for r in last.iter_rows(named=True):
+        out[r["call_id"]].end_offset_ns[int(r["rank"])] = int(r["off"])
     for r in links.to_dicts():
         call = by_index.get(r["call_index"])
         a, b = nodes.get(r["src"]), nodes.get(r["dst"])
@@ -276,8 +291,8 @@ def programs(
         labels_by_rank.setdefault(int(r["rank"]), []).append(r)
     blocked_by_rank = _blocked_runs(timeline)
     rows = coll.filter(pl.col("call_id").is_in(list(calls))).sort("rank", "start_ns")
-    # the call's end as the replay computes it: last member's span start + transfer
-    ends = {
+    # where the replay ends a call with no per-rank ends (p2p): last span start + transfer
+    matched_end = {
         r["call_id"]: r["s"] + calls[r["call_id"]].transfer_ns
         for r in rows.group_by("call_id")
         .agg(pl.col("start_ns").max().alias("s"))
@@ -324,7 +339,8 @@ def programs(
         for _, rt, e, _ in waits:
             last_end[rt] = max(last_end.get(rt, e), e)
         for wt, rt, e, cid in waits:
-            lag = rt - ends.get(cid, e) if e == last_end[rt] else 0
+            own = e if calls[cid].end_offset_ns else matched_end.get(cid, e)
+            lag = rt - own if e == last_end[rt] else 0
             items.append(Item("wait", wt, cid, lag_ns=lag))
         steps = markers.filter(pl.col("rank") == rank).sort("start_ns")
         for i, m in enumerate(steps.iter_rows(named=True)):
