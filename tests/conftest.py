@@ -151,3 +151,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
     subprocess.Popen = FastTierPopen
     config.add_cleanup(lambda: setattr(subprocess, "Popen", real))
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> Path:
+    """Every test's cache entries go to a temporary folder, never the real ~/.cache/tracekit
+    (subprocesses inherit it: run_cli copies the environment)."""
+    folder = tmp_path_factory.mktemp("tracekit-cache")
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(folder))
+    return folder

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -53,12 +56,16 @@ def _parse_spy(monkeypatch) -> list[Path]:
     return parsed
 
 
-def test_entries_are_written_beside_and_read_back_identical(traces, fresh, monkeypatch):
+def test_entries_are_written_to_the_cache_folder_and_read_back_identical(
+    traces, fresh, monkeypatch
+):
     infos, events = read_traces(traces, workers=1, cache=True)
+    assert cache.default_dir() == Path(os.environ["TRACEKIT_CACHE_DIR"])  # tests: a tmp folder
     for t in traces:
-        entry = cache.beside(t)
-        assert entry.is_file() and entry.name.endswith(".events.parquet")
-        assert entry.name == t.name.removesuffix(".json.gz") + ".events.parquet"
+        entry = cache.in_dir(t)
+        assert entry.parent == cache.default_dir() and entry.is_file()
+        assert entry.name.startswith(t.name.removesuffix(".json.gz") + "-")
+        assert not cache.beside(t).exists(), "never beside the trace"
     assert_frame_equal(events, fresh[1])
     parsed = _parse_spy(monkeypatch)
     infos2, events2 = read_traces(traces, workers=1, cache=None)
@@ -68,8 +75,9 @@ def test_entries_are_written_beside_and_read_back_identical(traces, fresh, monke
         assert a.path in traces
         assert {**vars(a), "path": None} == {**vars(b), "path": None}
     # the entry holds its key and TraceInfo in the parquet metadata: one self-describing file
-    meta = cache.read_meta(cache.beside(traces[0]))
+    meta = cache.read_meta(cache.in_dir(traces[0]))
     assert meta["key"] == cache.key(traces[0]) and meta["info"]["rank"] == 0
+    assert meta["path"] == str(traces[0].resolve())
 
 
 def test_a_changed_trace_is_parsed_again(traces, monkeypatch):
@@ -79,15 +87,15 @@ def test_a_changed_trace_is_parsed_again(traces, monkeypatch):
     parsed = _parse_spy(monkeypatch)
     read_traces(traces, workers=1, cache=True)
     assert parsed == [traces[0]]
-    assert cache.read_meta(cache.beside(traces[0]))["key"] == cache.key(traces[0]), (
+    assert cache.read_meta(cache.in_dir(traces[0]))["key"] == cache.key(traces[0]), (
         "entry rewritten"
     )
 
 
 def test_entries_of_other_code_or_damaged_are_ignored(traces, fresh, monkeypatch):
     read_traces(traces, workers=1, cache=True)
-    cache.beside(traces[0]).write_bytes(b"PAR1 not really parquet")
-    entry = cache.beside(traces[1])
+    cache.in_dir(traces[0]).write_bytes(b"PAR1 not really parquet")
+    entry = cache.in_dir(traces[1])
     meta = cache.read_meta(entry)
     meta["key"]["code"] = "0.0.0+other-ingest-code"
     pl.read_parquet(entry).write_parquet(entry, metadata={"tracekit.cache": json.dumps(meta)})
@@ -97,21 +105,26 @@ def test_entries_of_other_code_or_damaged_are_ignored(traces, fresh, monkeypatch
     assert_frame_equal(events, fresh[1])
 
 
-def test_read_only_folder_is_never_written(tmp_path):
-    """The shared HTA archive is read-only: entries go to the analysis folder's cache/."""
-    before = sorted(p.name for p in (HTA / "trace_filter").iterdir())
+def test_trace_folders_are_never_written(traces, tmp_path):
+    """Analysing writes entries into the cache folder only: a folder of traces (shared, another
+    user's, read-only) is left as it is."""
+    folder = traces[0].parent / "shared"
+    folder.mkdir()
+    for t in traces:
+        t.rename(folder / t.name)
+    before = sorted(p.name for p in folder.iterdir())
     out = tmp_path / "analysis"
-    first = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(out))
+    first = run_cli("analyze", str(folder), "--out", str(out))
     assert first.returncode == 0, first.stderr
-    assert sorted(p.name for p in (HTA / "trace_filter").iterdir()) == before
-    entries = sorted((out / "cache").glob("*.events.parquet"))
-    assert len(entries) == 2
-    assert all(e.name.startswith("sampled_rank-") for e in entries)
+    assert sorted(p.name for p in folder.iterdir()) == before
+    entries = sorted(cache.default_dir().glob("*.events.parquet"))
+    assert [e.name.split("-")[0] for e in entries] == ["sampled_rank", "sampled_rank"]
+    assert not (out / "cache").exists()
     summary = json.loads((out / "summary.json").read_text())
-    # rewriting the analysis keeps its cache, and the second run gives the same numbers
-    again = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(out))
+    # the second run reads the entries and gives the same numbers
+    again = run_cli("analyze", str(folder), "--out", str(out))
     assert again.returncode == 0, again.stderr
-    assert sorted((out / "cache").glob("*.events.parquet")) == entries
+    assert sorted(cache.default_dir().glob("*.events.parquet")) == entries
     assert json.loads((out / "summary.json").read_text())["ranks"] == summary["ranks"]
 
 
@@ -120,13 +133,15 @@ def test_no_cache_option_writes_none(traces, tmp_path):
     proc = run_cli("analyze", str(traces[0].parent), "--out", str(out), "--no-cache")
     assert proc.returncode == 0, proc.stderr
     assert not list(traces[0].parent.glob("*.events.parquet")) and not (out / "cache").exists()
+    assert not list(cache.default_dir().glob("*.events.parquet"))
 
 
 def test_the_python_api_reads_entries_but_writes_none_by_default(traces, monkeypatch):
     analyze(traces[0].parent)
-    assert not list(traces[0].parent.glob("*.events.parquet"))
+    assert not list(cache.default_dir().glob("*.events.parquet"))
     analyze(traces[0].parent, cache=True)
-    assert len(list(traces[0].parent.glob("*.events.parquet"))) == 2
+    assert len(list(cache.default_dir().glob("*.events.parquet"))) == 2
+    assert not list(traces[0].parent.glob("*.events.parquet"))
     parsed = _parse_spy(monkeypatch)
     result = analyze(traces[0].parent)
     assert parsed == [] and [r["rank"] for r in result.summary["ranks"]] == [0, 1]
@@ -136,7 +151,7 @@ def test_workers_store_entries_too(traces, fresh):
     """The spawned-worker path parses, stores and ships frames back like the in-process one."""
     infos, events = read_traces(traces, workers=2, cache=True)
     assert_frame_equal(events, fresh[1])
-    assert all(cache.beside(t).is_file() for t in traces)
+    assert all(cache.in_dir(t).is_file() for t in traces)
 
 
 def test_ingest_at_source(tmp_path, monkeypatch):
@@ -160,3 +175,28 @@ def test_ingest_at_source(tmp_path, monkeypatch):
     bad = tmp_path / "rank9.json.gz"
     bad.write_bytes(b"\x1f\x8b\x08\x00 not gzip")
     assert write_events_parquet(bad) is None
+
+
+def test_the_cache_folder_is_capped_least_recently_used_first(traces):
+    read_traces(traces, workers=1, cache=True)
+    a, b = (cache.in_dir(t) for t in traces)
+    long_ago = time.time() - 1000
+    os.utime(a, (long_ago, long_ago))
+    os.utime(b, (long_ago + 10, long_ago + 10))  # written after a ...
+    read_traces(traces[:1], workers=1, cache=None)  # ... but a was used since: a hit marks it
+    assert a.stat().st_mtime > b.stat().st_mtime
+    assert cache.evict(cache.default_dir(), cap=a.stat().st_size) == a.stat().st_size
+    assert a.exists() and not b.exists()
+
+
+def test_a_bad_cache_cap_is_one_line(traces, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", "analyze", str(traces[0].parent)]
+        + ["--out", str(tmp_path / "an")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRACEKIT_CACHE_MAX_BYTES": "lots"},
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith("tracekit: TRACEKIT_CACHE_MAX_BYTES=")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr

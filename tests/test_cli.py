@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from conftest import HTA, run_cli
+from conftest import HTA, ROOT, run_cli
 
 
 def assert_one_line_error(proc, *needles: str) -> None:
@@ -62,31 +67,63 @@ def test_damaged_run_json(tmp_path):
     assert_one_line_error(proc, "run.json", "damaged")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
-def test_unwritable_output_suggests_out(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o500)
-    proc = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(ro / "analysis"))
+def run_as_user(*args: str) -> subprocess.CompletedProcess:
+    """`tracekit ARGS`; as root, without the capabilities that let root write anywhere
+    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so that folder permissions apply as to a user."""
+
+    def drop() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for cap in (1, 2):
+            if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP: gone after exec
+                raise OSError(ctypes.get_errno(), "prctl")
+
+    return subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        preexec_fn=drop if os.geteuid() == 0 else None,
+    )
+
+
+@pytest.fixture
+def read_only_traces(tmp_path):
+    """A read-only copy of HTA's trace_filter (a shared archive of someone else's traces)."""
+    folder = tmp_path / "archive" / "trace_filter"
+    skip = shutil.ignore_patterns("analysis", "*.events.parquet")
+    shutil.copytree(HTA / "trace_filter", folder, ignore=skip)
+    folder.chmod(0o555)
+    folder.parent.chmod(0o555)
+    yield folder
+    folder.parent.chmod(0o755)
+    folder.chmod(0o755)
+
+
+def test_unwritable_output_suggests_out(read_only_traces):
+    proc = run_as_user(
+        "analyze", str(read_only_traces), "--out", str(read_only_traces.parent / "a")
+    )
     assert_one_line_error(proc, "--out")
 
 
-def test_read_only_input_folder_needs_out_and_works_with_it(tmp_path):
-    """The shared HTA folder is read-only in CI: writing beside it fails clearly, --out works."""
-    refused = run_cli("analyze", str(HTA / "trace_filter"))
+def test_read_only_input_folder_needs_out_and_works_with_it(read_only_traces, tmp_path):
+    """Writing beside a read-only folder fails clearly, --out works, the cache goes to the
+    cache folder: the archive is left as it was."""
+    refused = run_as_user("analyze", str(read_only_traces))
     assert_one_line_error(refused, "--out", "read-only")
-    assert sorted(p.name for p in (HTA / "trace_filter").iterdir()) == [
-        "sampled_rank-0.json.gz",
-        "sampled_rank-1.json.gz",
-    ]
+    names = ["sampled_rank-0.json.gz", "sampled_rank-1.json.gz"]
+    assert sorted(p.name for p in read_only_traces.iterdir()) == names
     out = tmp_path / "analysis"
-    proc = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(out))
+    proc = run_as_user("analyze", str(read_only_traces), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]
     for table in ("ranks", "timeline", "collectives", "events"):
         assert (out / f"{table}.parquet").is_file()
     assert "rank" in proc.stdout and "compute" in proc.stdout
+    assert sorted(p.name for p in read_only_traces.iterdir()) == names
+    assert len(list(Path(os.environ["TRACEKIT_CACHE_DIR"]).glob("*.events.parquet"))) == 2
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], (
         "no temporary folders left"
     )

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit import runfolder, timeline
+from tracekit import outputs, runfolder, timeline
 from tracekit.analyses import breakdown, collectives
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events as events_empty
@@ -124,12 +123,17 @@ def analyze(
     ``sample``: a sampled overview, N ranks spread over the job (first and last included;
     tracekit.ingest.selection); the summary's ``sampling`` and a warning say which.
     ``cache`` (tracekit.cache, the parsed events as parquet): None uses entries that match the
-    traces as they are now (beside them, or in ``cache_dir``) and writes none; True also writes
-    one for every trace it parses; False neither reads nor writes.
+    traces as they are now (in ``cache_dir``, default the per-user cache folder, or beside them
+    when their run wrote them) and writes none; True also writes one for every trace it parses,
+    into ``cache_dir``; False neither reads nor writes.
 
     ``align_clocks``: None aligns rank clocks when the traces come from several hosts, True
     always, False never (offsets are reported in summary ``clock`` either way; tracekit.clock).
     """
+    if cache:
+        from tracekit import cache as cache_mod
+
+        cache_mod.max_bytes()  # a bad TRACEKIT_CACHE_MAX_BYTES is an error, not ignored
     # cache entries are written while the analysis runs, and are all on disk when it returns
     with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer:
         return _analyze(
@@ -166,6 +170,9 @@ def _analyze(
         )
     if not found:
         raise TracekitError("no Kineto trace files (*.json, *.json.gz) found", path)
+    from tracekit.ingest.selection import RankSet
+
+    ranks = RankSet.of(ranks)
     selection = _select_ranks(found, ranks, sample, cache_dir)
     files = selection.files
     infos, events = (
@@ -176,7 +183,11 @@ def _analyze(
         else ([], events_empty())
     )
     if ranks or selection.sampled is not None:
-        keep = set(selection.sampled if selection.sampled is not None else ranks)
+        keep = (
+            set(selection.sampled)
+            if selection.sampled is not None
+            else {i.rank for i in infos if i.rank in ranks}
+        )
         if any(i.rank not in keep for i in infos):  # files that told their rank only inside
             infos = [i for i in infos if i.rank in keep]
             events = events.filter(pl.col("rank").is_in(sorted(keep)))
@@ -325,44 +336,111 @@ def _writable_dir(folder: Path) -> bool:
     return os.access(existing, os.W_OK) and bool(mode & 0o222)
 
 
-def write_analysis(result: Analysis, out: Path) -> Path:
-    """summary.json + <table>.parquet into OUT, all or nothing."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise TracekitError("exists and is not a folder; choose another place with --out", out)
-    if not _writable_dir(out.parent):
-        raise TracekitError(
-            "cannot write the analysis here (read-only folder); choose another place with --out",
-            out,
+#: written into every analysis folder, listing what the analysis wrote: only a folder whose
+#: files are all listed there is ever replaced by another analysis
+MARKER = ".tracekit-analysis"
+
+
+def _refuse(out: Path, problem: str) -> TracekitError:
+    return TracekitError(f"{problem}; choose another place with --out", out)
+
+
+def is_analysis(folder: Path) -> bool:
+    """FOLDER holds an analysis and nothing else: every entry is listed in its marker; or (an
+    analysis written before the marker existed) summary.json and *.parquet files only, with
+    perhaps the old ``cache/`` of *.events.parquet entries."""
+    folder = Path(folder)
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return False
+    if MARKER in names:
+        try:
+            listed = set(json.loads((folder / MARKER).read_text())["files"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return names - {MARKER} <= listed and all(
+            (folder / n).is_file() and not (folder / n).is_symlink() for n in names
         )
+    if "summary.json" not in names:
+        return False
+    for name in names:
+        entry = folder / name
+        if entry.is_symlink():
+            return False
+        if name == "summary.json" or (name.endswith(".parquet") and entry.is_file()):
+            continue
+        if name == "cache" and entry.is_dir():
+            inner = os.listdir(entry)
+            if all(n.endswith(".events.parquet") or n.endswith(".tmp") for n in inner):
+                continue
+        return False
+    return True
+
+
+def check_out(out: Path, source: Path | None = None) -> None:
+    """Refuse (TracekitError) an --out that an analysis must not replace: a symbolic link, the
+    input or a folder holding it, the current folder or one holding it, a file, or a folder
+    that is neither empty nor an analysis (tracekit.analyze.is_analysis)."""
+    out = Path(out)
+    if out.is_symlink():
+        raise _refuse(out, "is a symbolic link: an analysis never replaces it")
+    where = out.resolve()
+    if source is not None:
+        src = Path(source).resolve()
+        if where == src:
+            raise _refuse(out, "is the input: an analysis replaces its whole folder")
+        if src.is_relative_to(where):
+            raise _refuse(out, f"holds the input ({source}): an analysis replaces its whole folder")
+    if Path.cwd().resolve().is_relative_to(where):
+        raise _refuse(out, "is the current folder or holds it: an analysis replaces its folder")
+    if out.exists() and not out.is_dir():
+        raise _refuse(out, "exists and is not a folder")
+    if out.is_dir() and any(os.scandir(out)) and not is_analysis(out):
+        raise _refuse(
+            out,
+            "is not an analysis folder (it holds other files, and an analysis replaces its "
+            "whole folder)",
+        )
+
+
+def _write_failed(out: Path, exc: BaseException) -> TracekitError:
+    return _refuse(out, f"cannot write the analysis here ({outputs.reason(exc)})")
+
+
+def write_analysis(result: Analysis, out: Path) -> Path:
+    """summary.json + <table>.parquet (+ the MARKER) into OUT, all or nothing; OUT is replaced
+    only when it is empty or an earlier analysis (check_out)."""
+    out = Path(out)
+    check_out(out, result.path)
+    if not _writable_dir(out.parent):
+        raise _refuse(out, "cannot write the analysis here (read-only folder)")
+    tmp = outputs.temp_name(out, folder=True)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        outputs.sweep(out.parent)  # temp folders of analyses killed before they finished
+        tmp.mkdir()  # mode 0777 less the umask: an ordinary folder
     except OSError as exc:
-        raise TracekitError(
-            f"cannot write the analysis here ({exc.strerror}); choose another place with --out", out
-        ) from None
+        raise _write_failed(out, exc) from None
     try:
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str) + "\n")
+        files = ["summary.json"]
         for name, frame in result.tables().items():
             # zstd level 1 without statistics: the events table is most of the writing time
             # (0.47 -> 0.38 CPU-s for 650k rows), for files 10 % larger
             frame.write_parquet(tmp / f"{name}.parquet", compression_level=1, statistics=False)
+            files.append(f"{name}.parquet")
+        (tmp / MARKER).write_text(json.dumps({"producer": "tracekit", "files": files}) + "\n")
         if out.exists():
-            if (out / "cache").is_dir() and not (tmp / "cache").exists():
-                os.replace(out / "cache", tmp / "cache")  # the columnar cache outlives analyses
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out)
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise TracekitError(
-            f"cannot write the analysis ({exc.strerror}); choose another place with --out", out
-        ) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if outputs.is_write_failure(exc):
+            raise _write_failed(out, exc) from None
         raise
     return out

@@ -5,18 +5,25 @@ parquet costs a few percent of it. So ingest keeps, per trace file, one parquet 
 its events frame (exactly EVENT_SCHEMA) with the file's TraceInfo and the cache key in the
 parquet key-value metadata (one file: the table and what it describes can never disagree).
 
-Where (first that exists with a matching key wins; new entries go to the first writable):
+Where:
 
-1. beside the trace: ``traces/rank0.json.gz`` -> ``traces/rank0.events.parquet``. This is also
-   where a run's own ranks put it when they finish (ingest at source, tracekit.capture), so a
-   thousand-rank job never funnels raw JSON through one machine;
-2. ``<analysis dir>/cache/<name>-<path hash>.events.parquet`` when the trace's folder is
-   read-only (a shared archive: never written to) or not writable.
+1. a per-user cache folder (:func:`default_dir`: ``$TRACEKIT_CACHE_DIR``, else
+   ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``; ``--cache-dir`` overrides), as
+   ``<name>-<hash of the trace's resolved path>.events.parquet``. The entry also records that
+   path, so two traces never share an entry. The folder is capped at
+   ``$TRACEKIT_CACHE_MAX_BYTES`` (default 5 GiB): the entries used longest ago go first (a hit
+   marks an entry used by touching it). New entries always go here;
+2. beside the trace, ``traces/rank0.json.gz`` -> ``traces/rank0.events.parquet``, written only
+   by a run's own ranks when they finish (ingest at source, tracekit.capture, in the run folder
+   tracekit made), so a thousand-rank job never funnels raw JSON through one machine. Read
+   when present; analysing never writes beside a trace (folders of other people's traces stay
+   as they are).
 
-Key: the trace's size and mtime (ns), the tracekit version, and a fingerprint of the ingest code
-(the source of the modules that decide what a row holds), so an entry written by other code is
-never read back. Any entry that does not match, cannot be read or lacks a column is ignored and
-rewritten; a cache that cannot be written is skipped silently (it only saves time).
+Key: the trace's size, mtime (ns) and CRC-32 of its bytes (a rewrite that keeps size and mtime
+is still seen), the tracekit version, and a fingerprint of the ingest code (the source of the
+modules that decide what a row holds), so an entry written by other code is never read back.
+Any entry that does not match, cannot be read or lacks a column is ignored and rewritten; a
+cache that cannot be written is skipped silently (it only saves time).
 """
 
 from __future__ import annotations
@@ -25,14 +32,22 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
+import stat
+import threading
+import zlib
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from tracekit import outputs
+from tracekit.errors import TracekitError
+
 SUFFIX = ".events.parquet"
-FORMAT = 1  # bump when the layout of a cache entry changes
+FORMAT = 2  # bump when the layout of a cache entry changes (2: content CRC in the key)
+CACHE_DIR_ENV = "TRACEKIT_CACHE_DIR"
+MAX_BYTES_ENV = "TRACEKIT_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 5 * 2**30
 _META = "tracekit.cache"
 _CODE = (
     "events.py",
@@ -40,9 +55,10 @@ _CODE = (
     "cache.py",
     "ingest/kineto.py",
     "ingest/collectives.py",
-    "ingest/devices.py",
     "ingest/_kscan.c",
 )
+_CHUNK = 1 << 20
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,13 +76,77 @@ def fingerprint() -> str:
     return f"{tracekit.__version__}+{digest.hexdigest()[:12]}"
 
 
-def key(trace: Path) -> dict[str, Any] | None:
-    """What identifies this version of the trace file (None when it cannot be stat'ed)."""
+def default_dir() -> Path:
+    """$TRACEKIT_CACHE_DIR, else $XDG_CACHE_HOME/tracekit, else ~/.cache/tracekit."""
+    given = os.environ.get(CACHE_DIR_ENV, "").strip()
+    if given:
+        return Path(given).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "tracekit"
+
+
+def folder(cache_dir: Path | None) -> Path:
+    """The cache folder to use: CACHE_DIR when given, else :func:`default_dir`."""
+    return Path(cache_dir) if cache_dir is not None else default_dir()
+
+
+def max_bytes() -> int:
+    """The cap on the cache folder's size ($TRACEKIT_CACHE_MAX_BYTES: bytes, or 500M, 5G)."""
+    text = os.environ.get(MAX_BYTES_ENV, "").strip().lower().removesuffix("b").removesuffix("i")
+    if not text:
+        return DEFAULT_MAX_BYTES
+    unit = text[-1] if text[-1] in "kmgt" else ""
     try:
-        st = Path(trace).stat()
+        number = float(text.removesuffix(unit))
+        if not number >= 0 or number == float("inf"):
+            raise ValueError(text)
+        return int(number * _UNITS[unit])
+    except (ValueError, OverflowError):
+        raise TracekitError(
+            f"{MAX_BYTES_ENV}={os.environ[MAX_BYTES_ENV]!r} is not a number of bytes "
+            "(e.g. 5000000000 or 5G)"
+        ) from None
+
+
+# (resolved path, dev, inode, size, mtime, ctime) -> CRC: each file's bytes are hashed once per
+# process however often its key is asked for (rank selection, lookup, store)
+_crc_memo: dict[tuple, int] = {}
+_crc_lock = threading.Lock()
+
+
+def _crc(trace: Path, st: os.stat_result) -> int | None:
+    memo = (str(trace), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    with _crc_lock:
+        if memo in _crc_memo:
+            return _crc_memo[memo]
+    crc = 0
+    try:
+        with open(trace, "rb", buffering=0) as f:
+            buf = bytearray(_CHUNK)
+            view = memoryview(buf)
+            while n := f.readinto(buf):
+                crc = zlib.crc32(view[:n], crc)  # ~1.6 GB/s, without the GIL
     except OSError:
         return None
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "code": fingerprint()}
+    with _crc_lock:
+        _crc_memo[memo] = crc
+    return crc
+
+
+def key(trace: Path) -> dict[str, Any] | None:
+    """What identifies this version of the trace file (None when it cannot be read)."""
+    trace = Path(trace)
+    try:
+        st = trace.stat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None  # a FIFO or device has no stable content to key on
+    crc = _crc(trace, st)
+    if crc is None:
+        return None
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc32": crc, "code": fingerprint()}
 
 
 def _stem(trace: Path) -> str:
@@ -77,22 +157,26 @@ def _stem(trace: Path) -> str:
     return name
 
 
+def _where(trace: Path) -> str:
+    return str(Path(trace).resolve())
+
+
 def beside(trace: Path) -> Path:
     """``rank0.json.gz`` -> ``rank0.events.parquet`` in the trace's own folder."""
     trace = Path(trace)
     return trace.with_name(_stem(trace) + SUFFIX)
 
 
-def in_dir(trace: Path, cache_dir: Path) -> Path:
-    """The entry for ``trace`` inside a cache folder (name + hash of the absolute path)."""
-    h = hashlib.sha1(str(Path(trace).resolve()).encode()).hexdigest()[:10]
-    return Path(cache_dir) / f"{_stem(trace)}-{h}{SUFFIX}"
+def in_dir(trace: Path, cache_dir: Path | None = None) -> Path:
+    """The entry for ``trace`` in a cache folder: its name + a hash of its resolved path."""
+    h = hashlib.sha256(_where(trace).encode()).hexdigest()[:16]
+    return folder(cache_dir) / f"{_stem(trace)}-{h}{SUFFIX}"
 
 
-def writable(folder: Path) -> bool:
+def writable(path: Path) -> bool:
     """Writable and not marked read-only (root bypasses the bits, but a folder without any
     write bit is one its owner meant to keep as it is: shared trace archives)."""
-    existing = Path(folder)
+    existing = Path(path)
     while not existing.exists():
         if existing.parent == existing:
             return False
@@ -105,10 +189,7 @@ def writable(folder: Path) -> bool:
 
 
 def candidates(trace: Path, cache_dir: Path | None) -> list[Path]:
-    out = [beside(trace)]
-    if cache_dir is not None:
-        out.append(in_dir(trace, cache_dir))
-    return out
+    return [beside(trace), in_dir(trace, cache_dir)]
 
 
 def read_meta(entry: Path) -> dict[str, Any] | None:
@@ -127,11 +208,20 @@ def lookup(
     want = want or key(trace)
     if want is None:
         return None
-    for entry in candidates(trace, cache_dir):
-        if entry.is_file():
+    near, far = candidates(trace, cache_dir)
+    for entry in (near, far):
+        if entry.is_file() and not entry.is_symlink():
             meta = read_meta(entry)
-            if meta is not None and meta.get("key") == want:
-                return entry, meta
+            if meta is None or meta.get("key") != want:
+                continue
+            if entry is far:
+                if meta.get("path") != _where(trace):
+                    continue  # another trace's entry (a hash collision): never its events
+                try:
+                    os.utime(entry)  # last use: eviction removes the longest unused first
+                except OSError:
+                    pass
+            return entry, meta
     return None
 
 
@@ -162,35 +252,86 @@ def load(
     return dataclasses.replace(info, path=Path(trace)), frame
 
 
-def target(trace: Path, cache_dir: Path | None) -> Path | None:
-    """Where a new entry for ``trace`` goes: beside it when its folder is writable, else the
-    cache folder when that is, else nowhere."""
-    if writable(Path(trace).parent):
-        return beside(trace)
-    if cache_dir is not None and writable(Path(cache_dir)):
-        return in_dir(trace, cache_dir)
-    return None
+def target(trace: Path, cache_dir: Path | None, at_source: bool = False) -> Path | None:
+    """Where a new entry for ``trace`` goes: the cache folder (``at_source``: beside the trace)
+    when it is writable, else nowhere."""
+    dest = beside(trace) if at_source else in_dir(trace, cache_dir)
+    return dest if writable(dest.parent) else None
+
+
+# cache folder -> bytes in it as last counted (plus what this process added since): the folder
+# is listed once per process, and again only when it goes over the cap
+_sizes: dict[str, int] = {}
+_sizes_lock = threading.Lock()
+
+
+def _entries(where: Path) -> list[tuple[float, int, Path]]:
+    out = []
+    for entry in os.scandir(where):
+        if entry.name.endswith(SUFFIX) and entry.is_file(follow_symlinks=False):
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            out.append((st.st_mtime, st.st_size, Path(entry.path)))
+    return out
+
+
+def evict(where: Path, cap: int | None = None) -> int:
+    """Delete the entries of cache folder WHERE used longest ago until it holds at most CAP
+    bytes (default :func:`max_bytes`); the bytes it holds now."""
+    cap = max_bytes() if cap is None else cap
+    entries = sorted(_entries(where))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in entries:
+        if total <= cap:
+            break
+        try:
+            path.unlink()
+            total -= size
+        except OSError:
+            pass
+    return total
+
+
+def _account(where: Path, added: int) -> None:
+    with _sizes_lock:
+        name = str(where)
+        if name not in _sizes:
+            outputs.sweep(where)  # temp files of writers killed before they finished
+            _sizes[name] = evict(where)
+            return
+        _sizes[name] += added
+        if _sizes[name] > max_bytes():
+            _sizes[name] = evict(where)
 
 
 def store(
-    trace: Path, info: Any, frame: pl.DataFrame, cache_dir: Path | None, want: dict[str, Any] | None
+    trace: Path,
+    info: Any,
+    frame: pl.DataFrame,
+    cache_dir: Path | None,
+    want: dict[str, Any] | None,
+    *,
+    at_source: bool = False,
 ) -> Path | None:
     """Write the entry atomically (temporary name, then rename); None when it cannot be written.
 
-    ``want`` is the key taken *before* the trace was read, so a trace rewritten meanwhile never
-    gets an entry that claims its new contents.
+    ``want`` is the key taken *before* the trace was read; the entry is written only if the
+    trace still has it, so a trace rewritten meanwhile never gets an entry that claims its new
+    contents. ``at_source``: beside the trace (ingest at source, in a run folder we made).
     """
     from tracekit.ingest.kineto import encode_info
 
-    dest = target(trace, cache_dir)
-    if dest is None or want is None:
+    dest = target(trace, cache_dir, at_source)
+    if dest is None or want is None or outputs.kind_of(dest) is not None:
         return None
-    meta = json.dumps({"key": want, "info": json.loads(encode_info(info))})
-    tmp = None
+    if key(trace) != want:
+        return None
+    meta = json.dumps({"key": want, "path": _where(trace), "info": json.loads(encode_info(info))})
+    tmp = outputs.temp_name(dest)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-        os.close(fd)
         # zstd level 1: about as fast to write as lz4 and half the size; statistics are
         # useless here (the whole file is always read)
         frame.write_parquet(
@@ -198,14 +339,16 @@ def store(
         )
         os.chmod(tmp, 0o644)
         os.replace(tmp, dest)
+        if not at_source:
+            _account(dest.parent, dest.stat().st_size)
         return dest
     except Exception:  # noqa: BLE001 - the cache only saves time; never fail an analysis on it
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         return None
 
 
-def remove(trace: Path, cache_dir: Path | None) -> None:
-    """Delete every cache entry of ``trace`` (benchmarks: a cold start)."""
-    for entry in candidates(trace, cache_dir):
+def remove(trace: Path, cache_dir: Path | None = None) -> None:
+    """Delete every cache entry of ``trace``: beside it, in CACHE_DIR and in the default cache
+    folder (benchmarks: a cold start)."""
+    for entry in {*candidates(trace, cache_dir), in_dir(trace, None)}:
         entry.unlink(missing_ok=True)

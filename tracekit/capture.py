@@ -51,7 +51,7 @@ def write_events_parquet(trace: Path | str) -> Path | None:
     """Ingest at source: parse this rank's finished trace into ``<trace>.events.parquet`` beside it.
 
     The file is tracekit's columnar cache entry (tracekit.cache: events table + TraceInfo,
-    keyed by the trace's size and mtime), so `tracekit analyze` reads it instead of the JSON:
+    keyed by the trace's size, mtime and CRC-32), so `tracekit analyze` reads it, not the JSON:
     every rank converts its own trace in parallel at the end of the job, and a thousand-rank
     job never funnels raw JSON through one machine. Never fails the run: a problem is one line
     on stderr and None.
@@ -63,7 +63,7 @@ def write_events_parquet(trace: Path | str) -> Path | None:
 
         want = cache.key(trace)
         info, frame = read_trace(trace)
-        return cache.store(trace, info, frame, None, want)
+        return cache.store(trace, info, frame, None, want, at_source=True)
     except Exception as exc:  # noqa: BLE001 - a speed-up must never fail the run
         print(
             f"tracekit: {trace}: events parquet skipped: {type(exc).__name__}: {exc}",

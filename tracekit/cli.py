@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +22,9 @@ from rich.text import Text
 
 from tracekit.errors import TracekitError
 
-_err = Console(stderr=True)
+# stderr: when it is not a terminal (a log, a pipe, CI) lines are never wrapped, so that one
+# warning is one line whatever its length
+_err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, soft_wrap=True)
 
 
 def _out() -> Console:
@@ -34,20 +35,16 @@ def _out() -> Console:
     return Console(width=160)
 
 
-def _ranks_option(value: str | None) -> list[int] | None:
+def _ranks_option(value: str | None):  # -> RankSet | None
+    """--ranks as intervals (tracekit.ingest.selection.RankSet): tested, never listed."""
     if not value:
         return None
-    out: list[int] = []
+    from tracekit.ingest.selection import RankSet
+
     try:
-        for part in value.split(","):
-            if "-" in part:
-                a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
-            elif part.strip():
-                out.append(int(part))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a rank list like 0,1,4-7") from None
-    return out
+        return RankSet.parse(value)
+    except ValueError as exc:
+        raise TracekitError(str(exc), f"--ranks {value}") from None
 
 
 def rank_table(summary: dict, width: int | None = None) -> Group:
@@ -227,7 +224,14 @@ def run_cmd(strategy: str, **opts) -> None:
     "--cache/--no-cache",
     default=True,
     show_default=True,
-    help="keep each trace's parsed events as parquet (beside it, else in OUT/cache) and reuse them",
+    help="keep each trace's parsed events as parquet in the cache folder and reuse them",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="cache folder (default $TRACEKIT_CACHE_DIR, else $XDG_CACHE_HOME/tracekit or "
+    "~/.cache/tracekit)",
 )
 @click.option(
     "--align-clocks/--no-align-clocks",
@@ -241,29 +245,26 @@ def analyze_cmd(
     sample: int | None,
     out: Path | None,
     cache: bool,
+    cache_dir: Path | None,
     align_clocks: bool | None,
 ) -> None:
     """Analyse a run folder, a folder of Kineto traces, or one trace."""
-    from tracekit.analyze import analyze, default_out_dir, write_analysis
+    from tracekit.analyze import analyze, check_out, default_out_dir, write_analysis
 
     t0 = time.perf_counter()
     target = out or default_out_dir(path)
-    existed = target.exists()
+    rank_set = _ranks_option(ranks)
+    check_out(target, path)  # before the work: an --out that must not be replaced is refused
     with _err.status(f"analysing {path}"):
-        try:
-            result = analyze(
-                path,
-                ranks_per_node=ranks_per_node,
-                ranks=_ranks_option(ranks),
-                sample=sample,
-                cache=cache or False,
-                cache_dir=target / "cache",
-                align_clocks=align_clocks,
-            )
-        except BaseException:
-            if not existed and target.is_dir() and {p.name for p in target.iterdir()} <= {"cache"}:
-                shutil.rmtree(target, ignore_errors=True)  # nothing half-written: not even a cache
-            raise
+        result = analyze(
+            path,
+            ranks_per_node=ranks_per_node,
+            ranks=rank_set,
+            sample=sample,
+            cache=cache or False,
+            cache_dir=cache_dir,
+            align_clocks=align_clocks,
+        )
         target = write_analysis(result, target)
     for w in result.summary["warnings"]:
         _err.print(

@@ -20,13 +20,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from tracekit import outputs
 from tracekit.figures import frame
 
 TRACKS = ("compute", "communication", "idle", "bubble")
@@ -260,7 +260,9 @@ def write_perfetto(analyses: Sequence[Any], out: Path, labels: Sequence[str] | N
     out = Path(out)
     t0 = earliest_ns(analyses)
     several = len(analyses) > 1
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    outputs.check_file_target(out, "-o")  # a FIFO, symlink or device is never replaced
+    tmp = outputs.temp_name(out)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write('{"displayTimeUnit":"ms","otherData":')

@@ -33,6 +33,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import figures as F
+from tracekit import outputs
 from tracekit.analyses.group_names import row_label
 from tracekit.errors import TracekitError
 
@@ -405,26 +406,31 @@ def _load(paths: Sequence[Path], progress: Progress | None) -> list[Any]:
     return out
 
 
+def _cannot_write(out: Path, why: str | None) -> TracekitError:
+    return TracekitError(f"cannot write the report here ({why}); choose another place with -o", out)
+
+
 def _atomic_target(out: Path, suffix: str = "") -> Path:
+    """A new empty temporary file beside OUT (tracekit.outputs: our pid in its name); OUT must be
+    a regular file or nothing (a FIFO, symlink, device or folder is refused)."""
     out = Path(out)
-    if out.exists() and out.is_dir():
-        raise TracekitError("is a folder; give a file name with -o", out)
+    outputs.check_file_target(out, "-o")
     parent = out.parent
+    tmp = outputs.temp_name(out, suffix=suffix)
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".tmp{suffix}", dir=parent)
+        outputs.sweep(parent)  # temp files of reports killed before they finished
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as exc:
-        raise TracekitError(
-            f"cannot write the report here ({exc.strerror}); choose another place with -o", out
-        ) from None
-    os.close(fd)
-    return Path(tmp)
+        raise _cannot_write(out, exc.strerror) from None
+    return tmp
 
 
 def _commit(tmp: Path, out: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it private; a report is an ordinary file
+    os.chmod(tmp, 0o666 & ~umask)  # private while written; a report is an ordinary file
+    outputs.check_file_target(out, "-o")  # again: it may have appeared while we wrote
     os.replace(tmp, out)
 
 
@@ -456,8 +462,10 @@ def write_report(
             progress(f"writing {fmt} report")
         WRITERS[fmt](analyses, names, tmp, progress)
         _commit(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if outputs.is_write_failure(exc):
+            raise _cannot_write(out, outputs.reason(exc)) from None
         raise
     return out
 
@@ -485,8 +493,26 @@ def rank_frame(analyses: Sequence[Any], names: Sequence[str]) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed")
 
 
+#: a text cell starting with one of = + - @ TAB CR is a formula to a spreadsheet (OWASP "CSV
+#: injection")
+_FORMULA_START = r"^[=+\-@\t\r]"
+
+
+def neutralise_formulas(frame: pl.DataFrame) -> pl.DataFrame:
+    """Text cells that a spreadsheet would run as a formula get a leading single quote (OWASP);
+    numbers stay numbers."""
+    return frame.with_columns(
+        pl.when(pl.col(c).str.contains(_FORMULA_START))
+        .then(pl.lit("'") + pl.col(c))
+        .otherwise(pl.col(c))
+        .alias(c)
+        for c, t in frame.schema.items()
+        if t == pl.Utf8
+    )
+
+
 def _csv(analyses, names, tmp, progress) -> None:
-    rank_frame(analyses, names).write_csv(tmp)
+    neutralise_formulas(rank_frame(analyses, names)).write_csv(tmp)
 
 
 def _parquet(analyses, names, tmp, progress) -> None:

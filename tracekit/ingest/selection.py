@@ -14,13 +14,73 @@ number then covers the sampled ranks only, and the summary says so (``sampling``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracekit.ingest.foreign import ranges
 from tracekit.ingest.kineto import peek_rank
 from tracekit.runfolder import rank_from_filename
+
+RANK_MAX = 2**31 - 1  # ranks are Int32 in every table
+_PART = re.compile(r"^(\d{1,12})(?:-(\d{1,12}))?$")
+
+
+class RankSet:
+    """A set of ranks as sorted, merged ``(lo, hi)`` intervals (inclusive): ``--ranks
+    0-2000000000`` is two numbers, tested by bisection, never a list of two billion ranks."""
+
+    def __init__(self, intervals: Iterable[tuple[int, int]]) -> None:
+        merged: list[list[int]] = []
+        for lo, hi in sorted(intervals):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self.intervals = [(lo, hi) for lo, hi in merged]
+        self._starts = [lo for lo, _ in self.intervals]
+
+    @classmethod
+    def parse(cls, text: str) -> RankSet:
+        """``0,1,4-7`` -> RankSet; ValueError with a one-line reason for anything else."""
+        out = []
+        for part in text.split(","):
+            part = part.strip()
+            match = _PART.match(part)
+            if match is None:
+                if re.match(r"^\d+(-\d+)?$", part):
+                    raise ValueError(f"{part!r}: rank too large (ranks go up to {RANK_MAX})")
+                raise ValueError(f"{part!r} is not a rank or a range like 4-7 (list: 0,1,4-7)")
+            lo = int(match.group(1))
+            hi = int(match.group(2)) if match.group(2) is not None else lo
+            if max(lo, hi) > RANK_MAX:
+                raise ValueError(f"{part!r}: rank too large (ranks go up to {RANK_MAX})")
+            if hi < lo:
+                raise ValueError(f"{part!r} goes down; write {hi}-{lo}")
+            out.append((lo, hi))
+        return cls(out)
+
+    @classmethod
+    def of(cls, ranks: RankSet | Iterable[int] | None) -> RankSet | None:
+        """A RankSet from one, or from a list of ranks; None for None or an empty list."""
+        if ranks is None or isinstance(ranks, RankSet):
+            return ranks or None
+        got = cls((int(r), int(r)) for r in ranks)
+        return got or None
+
+    def __contains__(self, rank: object) -> bool:
+        if not isinstance(rank, int):
+            return False
+        i = bisect.bisect_right(self._starts, rank) - 1
+        return i >= 0 and rank <= self.intervals[i][1]
+
+    def __bool__(self) -> bool:
+        return bool(self.intervals)
+
+    def __str__(self) -> str:
+        return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.intervals)
 
 
 @dataclass
@@ -72,7 +132,7 @@ def spread(ranks: Sequence[int], n: int) -> list[int]:
 
 def select(
     files: Sequence[Path],
-    ranks: Sequence[int] | None = None,
+    ranks: RankSet | Sequence[int] | None = None,
     sample: int | None = None,
     cache_dir: Path | None = None,
 ) -> Selection:
@@ -92,8 +152,8 @@ def select(
             unknown.append(f)
         else:
             known[f] = r
-    wanted = set(ranks) if ranks else set(known.values())
-    present = sorted(set(known.values()) & wanted)
+    present = sorted(r for r in set(known.values()) if ranks is None or r in ranks)
+    wanted = set(present)
     sel = Selection(files=[], ranks_present=len(set(known.values())), warnings=skip_note)
     if sample:
         chosen = spread(present, sample)
