@@ -66,7 +66,7 @@ def rank_table(summary: dict, width: int | None = None) -> Group:
                 str(r["rank"]),
                 str(r["node"]),
                 f"{span:.4f}",
-                "-" if step is None else f"{step:.4f}",
+                "–" if step is None else f"{step:.4f}",
                 *(cell(k) for k in ("compute_s", "comm_s", "overlap_s", "exposed_comm_s")),
                 cell("other_s"),
                 cell("idle_s"),

@@ -36,6 +36,7 @@ from tracekit import figures as F
 from tracekit import outputs
 from tracekit.analyses.group_names import row_label
 from tracekit.errors import TracekitError
+from tracekit.runname import display_names
 
 FORMATS = {
     "html": "html",
@@ -59,22 +60,6 @@ Progress = Callable[[str], None]
 def default_output(fmt: str) -> Path:
     """``report.<ext>`` in the current folder."""
     return Path(f"report.{FORMATS[fmt]}")
-
-
-def run_names(paths: Sequence[Path]) -> list[str]:
-    """Short distinct names: the folder (or file) name, its parent added where two collide."""
-    paths = [Path(p) for p in paths]
-    base = [p.name or Path(os.path.abspath(p)).name or str(p) for p in paths]
-    names = [
-        f"{Path(os.path.abspath(p)).parent.name}/{b}" if base.count(b) > 1 else b
-        for p, b in zip(paths, base)
-    ]
-    seen: dict[str, int] = {}
-    out = []
-    for n in names:
-        seen[n] = seen.get(n, 0) + 1
-        out.append(n if seen[n] == 1 else f"{n} #{seen[n]}")
-    return out
 
 
 # ---------------------------------------------------------------- tables (text cells, unescaped)
@@ -454,7 +439,7 @@ def write_report(
     else:
         analyses = list(analyses)
         paths = paths or [Path(a.path) for a in analyses]
-    names = list(names) if names else run_names(paths)
+    names = list(names) if names else display_names(paths)
     out = Path(out)
     tmp = _atomic_target(out)
     try:
