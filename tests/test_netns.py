@@ -186,7 +186,7 @@ def test_interrupted_launcher_removes_everything(tmp_path: Path, sig: int) -> No
     assert _ours(proc.pid) == []
     assert _processes_mentioning(str(run)) == []
     data = runfolder.load_run_json(run)
-    assert data["status"] == "failed" and data["errors"][0]["kind"] == "interrupted"
+    assert data["status"] == "interrupted" and data["errors"][0]["kind"] == "interrupted"
 
 
 def test_killed_launcher_is_swept(tmp_path: Path) -> None:

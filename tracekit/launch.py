@@ -9,7 +9,8 @@ afterwards each rank's stdout, stderr and error file are moved to ``<run>/logs/r
 A rank that raises leaves torchrun's error file (the strategies' entry points use
 ``torch.distributed.elastic...errors.record``); the launcher turns those, and torchrun's failure
 summary for ranks killed by a signal, into run.json ``errors`` with status "failed". On
-``timeout`` every process of the job is killed and the status is "timeout"; Ctrl-C kills them too.
+``timeout`` every process of the job is killed and the status is "timeout"; Ctrl-C, SIGTERM and
+SIGHUP kill them too, with status "interrupted".
 If rank 0 never wrote run.json the launcher writes it; traces that did get written are kept.
 
 ``--emulate-network`` (tracekit.netns): every node's torchrun agent runs inside a network
@@ -458,10 +459,30 @@ def _rank_errors(run: Path, output: str, per_node: int = 0) -> list[dict[str, An
     return errors
 
 
-def _fallback_run_json(opts: RunOptions, run: Path) -> dict[str, Any]:
-    """run.json when rank 0 never wrote one: what the launcher knows."""
-    from tracekit import capture
+def _fallback_run_json(opts: RunOptions, run: Path, quick: bool = False) -> dict[str, Any]:
+    """run.json when rank 0 never wrote one: what the launcher knows. ``quick`` (interrupted):
+    without importing torch (tracekit.capture), which takes seconds on a busy machine; the
+    versions then come from the installed packages' metadata and the environment is unknown."""
+    if quick and "tracekit.capture" not in sys.modules:
+        import platform
+        from importlib import metadata
 
+        import tracekit
+
+        try:
+            torch_version: str | None = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            torch_version = None
+        versions = {
+            "python": platform.python_version(),
+            "torch": torch_version,
+            "tracekit": tracekit.__version__,
+        }
+        environment = None
+    else:
+        from tracekit import capture
+
+        versions, environment = capture.versions(), capture.environment(threads_per_rank=1)
     per_node = opts.nproc // opts.nodes
     host = socket.gethostname()
     config = {
@@ -477,8 +498,8 @@ def _fallback_run_json(opts: RunOptions, run: Path) -> dict[str, Any]:
         "backend": backend_of(opts),
         "device": opts.device,
         "precision": opts.precision,
-        "versions": capture.versions(),
-        "environment": capture.environment(threads_per_rank=1),
+        "versions": versions,
+        "environment": environment,
         "topology": [
             {"rank": r, "node": r // per_node, "host": host, "local_rank": r}
             for r in range(opts.nproc)
@@ -501,7 +522,7 @@ def _finalise(
     except TracekitError:
         data = None
     if data is None:
-        data = _fallback_run_json(opts, run)
+        data = _fallback_run_json(opts, run, quick=status == "interrupted")
         if status == "ok":
             status = "failed"
             errors = [
@@ -583,10 +604,9 @@ def _commands(
 
 def _wait_all(procs: list[subprocess.Popen], timeout: float | None) -> None:
     """Wait for every agent; raise TimeoutExpired after ``timeout`` s. When one exits with an
-    error, the others (other emulated nodes) get _PEER_GRACE_S to follow, then are stopped."""
-    if len(procs) == 1:
-        procs[0].wait(timeout=timeout)
-        return
+    error, the others (other emulated nodes) get _PEER_GRACE_S to follow, then are stopped.
+    Polls every 0.1 s: a blocking waitpid under a SIGINT handler with SA_RESTART never comes
+    back to Python for Ctrl-C."""
     t0, failed_at = time.monotonic(), None
     while any(p.poll() is None for p in procs):
         now = time.monotonic()
@@ -602,10 +622,18 @@ def _wait_all(procs: list[subprocess.Popen], timeout: float | None) -> None:
 
 
 def _on_signals(handler: Any) -> dict[int, Any]:
-    """Install ``handler`` for SIGTERM and SIGHUP (main thread only); the previous handlers."""
+    """Install ``handler`` for SIGTERM and SIGHUP, and Python's own for SIGINT (main thread
+    only); the previous handlers.
+
+    SIGINT too: importing polars installs a SIGINT handler of its own with SA_RESTART, under
+    which Ctrl-C never interrupted waiting for the job (signal.signal installs without it). The
+    wait itself also polls (_wait_all), so a handler installed later cannot block it either.
+    """
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    return previous
 
 
 def run_job(opts: RunOptions, log: TextIO = sys.stderr) -> Path:
@@ -697,7 +725,7 @@ def _run_agents(opts: RunOptions, spec: StrategySpec, run: Path, net: Any, log: 
             _finalise(
                 opts,
                 run,
-                "failed",
+                "interrupted",
                 [{"rank": None, "kind": "interrupted", "message": how}],
                 {
                     "command": cmd,
