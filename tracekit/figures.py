@@ -1153,10 +1153,10 @@ def traffic_split(summary: dict) -> go.Figure | None:
     return _layout(fig, title, barmode="stack", yaxis_title=unit)
 
 
-def _node_boundaries(summary: dict, n: int) -> list[float]:
+def _node_boundaries(summary: dict, ranks: Sequence[int]) -> list[float]:
     nodes = (summary.get("topology") or {}).get("nodes") or {}
-    seq = [nodes.get(str(r), nodes.get(r)) for r in range(n)]
-    return [r - 0.5 for r in range(1, n) if seq[r] != seq[r - 1]]
+    seq = [nodes.get(str(r), nodes.get(r)) for r in ranks]
+    return [i - 0.5 for i in range(1, len(seq)) if seq[i] != seq[i - 1]]
 
 
 def traffic_matrix(summary: dict) -> go.Figure | None:
@@ -1167,25 +1167,31 @@ def traffic_matrix(summary: dict) -> go.Figure | None:
         return None
     z = np.asarray([[_num(v) for v in row] for row in matrix], dtype=np.float64)
     n = z.shape[0]
+    # row/column i is rank matrix_ranks[i] (the ranks with traces or links; 0..n-1 when all are)
+    ranks = list((tr or {}).get("matrix_ranks") or range(n))
     div, unit = _byte_unit(float(z.max()) if z.size else 1.0)
     fig = go.Figure(
         go.Heatmap(
             z=z / div,
             x=np.arange(z.shape[1]),
             y=np.arange(n),
+            customdata=[[[ranks[i], ranks[j]] for j in range(n)] for i in range(n)],
             colorscale="Blues",
             colorbar=dict(title=dict(text=unit)),
-            hovertemplate="rank %{y} → rank %{x}<br>%{z:.3f} " + unit + "<extra></extra>",
+            hovertemplate="rank %{customdata[0]} → rank %{customdata[1]}<br>%{z:.3f} "
+            + unit
+            + "<extra></extra>",
         )
     )
-    for b in _node_boundaries(summary, n):
+    for b in _node_boundaries(summary, ranks):
         fig.add_shape(
             type="line", x0=b, x1=b, y0=-0.5, y1=n - 0.5, line=dict(color="#e45756", width=2)
         )
         fig.add_shape(
             type="line", y0=b, y1=b, x0=-0.5, x1=n - 0.5, line=dict(color="#e45756", width=2)
         )
-    ticks = dict(tickmode="array", tickvals=list(range(0, n, max(1, math.ceil(n / 32)))))
+    at = list(range(0, n, max(1, math.ceil(n / 32))))
+    ticks = dict(tickmode="array", tickvals=at, ticktext=[str(ranks[i]) for i in at])
     return _layout(
         fig,
         "bytes from rank (row) to rank (column); red lines: node boundaries",

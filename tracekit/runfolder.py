@@ -150,6 +150,9 @@ def load_run_json(run: Path) -> dict[str, Any] | None:
     return data
 
 
+RANK_LIMIT = 2**31  # ranks are 0 .. 2^31-1: torch's int32, and the Int32 rank column
+
+
 def _is_int(value: Any, low: int = 0) -> bool:
     return type(value) is int and value >= low
 
@@ -159,6 +162,8 @@ def _run_json_problem(data: dict[str, Any]) -> str | None:
     world = data.get("world_size")
     if world is not None and not _is_int(world, 1):
         return f"world_size {str(world)[:40]!r} is not a positive integer"
+    if world is not None and world > RANK_LIMIT:  # ranks are 32-bit everywhere (torch, frames)
+        return f"world_size {world} is more than {RANK_LIMIT} ranks"
     if not isinstance(data.get("status"), (str, type(None))):
         return "status is not text"
     if not isinstance(data.get("errors", []), (list, type(None))):
@@ -174,6 +179,7 @@ def _run_json_problem(data: dict[str, Any]) -> str | None:
         if (
             not isinstance(row, dict)
             or not _is_int(row.get("rank"))
+            or row.get("rank") >= RANK_LIMIT
             or not _is_int(row.get("node", 0))
         ):
             return f"topology entry {str(row)[:60]!r} lacks an integer rank and node"

@@ -27,6 +27,7 @@ over ranks.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +83,23 @@ def theory_for(run: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else {**value, "psi": psi, "n": n, "precision": precision}
 
 
+def _ranks_with_files(path: Path, run: dict[str, Any] | None) -> set[int]:
+    """Ranks below the world size that have a memory/rank<R>.json: the folder is listed, so a
+    declared world size of 10^9 costs nothing (it is never looped over)."""
+    try:
+        world = int((run or {}).get("world_size") or 0)
+        names = [p.name for p in runfolder.memory_path(path, 0).parent.iterdir()]
+    except (OSError, TypeError, ValueError):
+        return set()
+    found = (re.fullmatch(r"rank(\d{1,10})\.json", n) for n in names)
+    return {int(m.group(1)) for m in found if m and int(m.group(1)) < world}
+
+
 def memory_rows(
     path: Path, run: dict[str, Any] | None, peaks: dict[int, dict[str, int]]
 ) -> list[dict[str, Any]]:
     """per_rank rows from memory/rank<R>.json (run folders) and the traces' peaks."""
-    ranks = sorted(set(peaks) | set(range(int((run or {}).get("world_size") or 0))))
+    ranks = sorted(set(peaks) | _ranks_with_files(path, run))
     expected = theory_for(run)
     rows = []
     for rank in ranks:

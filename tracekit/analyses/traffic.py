@@ -38,6 +38,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.ingest.foreign import ranges
+
 OPS = (
     "all_reduce",
     "all_gather",
@@ -209,18 +211,54 @@ def _group_text(call: dict[str, Any]) -> str:
     return ",".join(str(r) for r in ranks)
 
 
-def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: int) -> dict:
+MATRIX_LIMIT = 1024  # most ranks the dense matrix is written for (1M cells of JSON)
+
+
+def rank_matrix(
+    links: pl.DataFrame, ranks: Sequence[int]
+) -> tuple[list[int], list[list[int]] | None, str | None]:
+    """(matrix_ranks, matrix, warning): bytes src -> dst summed over ``links``, dense over the
+    ranks that have traces or are a link's end (never over a declared world size).
+
+    ``matrix[i][j]`` is the bytes from ``matrix_ranks[i]`` to ``matrix_ranks[j]``; with every
+    rank 0..n-1 present, matrix_ranks is 0..n-1 and ``matrix[src][dst]`` indexes by rank. Past
+    MATRIX_LIMIT ranks the matrix is None, with a warning (the traffic_links frame has them all).
+    """
+    ends = links["src"].to_list() + links["dst"].to_list()
+    order = sorted({int(r) for r in ranks} | {int(r) for r in ends})
+    if len(order) > MATRIX_LIMIT:
+        return (
+            order,
+            None,
+            f"traffic: {len(order)} ranks: the rank x rank matrix is left out (more than "
+            f"{MATRIX_LIMIT}); the traffic_links frame holds every link",
+        )
+    at = {r: i for i, r in enumerate(order)}
+    matrix = [[0] * len(order) for _ in order]
+    for r in links.group_by("src", "dst").agg(pl.col("bytes").sum()).to_dicts():
+        matrix[at[r["src"]]][at[r["dst"]]] = round(r["bytes"])
+    return order, matrix, None
+
+
+def traffic_summary(
+    calls: pl.DataFrame,
+    node_of: dict[int, int],
+    world_size: int,
+    ranks: Sequence[int] | None = None,
+) -> dict:
     """summary.json's `traffic`: bytes per link class, per op, per group, and the rank matrix.
 
     Bytes are rounded to integers per reported total; inter_node_fraction uses the exact sums.
     Links touching a rank missing from node_of count as `unclassified_bytes`, with a warning.
+    ``ranks`` (default: node_of's) are the ranks with traces: the matrix is over them and the
+    links' ends (rank_matrix), not over world_size, which only bounds the ranks a link may name.
     """
     links = link_bytes(calls, node_of)
     bad = sorted(
         {r for r in links["src"].to_list() + links["dst"].to_list() if not 0 <= r < world_size}
     )
     if bad:
-        raise ValueError(f"ranks {bad} outside the world of {world_size}")
+        raise ValueError(f"ranks {ranges(bad)} outside the world of {world_size}")
 
     info = calls.to_dicts()
     model: dict[str, list[str]] = {}
@@ -280,11 +318,13 @@ def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: in
         for k in ("intra", "inter", "unclassified")
     }
     classified = exact["intra"] + exact["inter"]
-    matrix = [[0] * world_size for _ in range(world_size)]
-    for r in links.group_by("src", "dst").agg(pl.col("bytes").sum()).to_dicts():
-        matrix[r["src"]][r["dst"]] = round(r["bytes"])
+    matrix_ranks, matrix, too_many = rank_matrix(links, list(node_of) if ranks is None else ranks)
     ends = links["src"].to_list() + links["dst"].to_list()
     missing = sorted({r for r in ends if r not in node_of})
+    warnings = [
+        f"traffic: rank{'s' if len(missing) > 1 else ''} {ranges(missing)} {'have' if len(missing) > 1 else 'has'} no node; their links are unclassified"
+    ]
+    warnings = (warnings if missing else []) + ([too_many] if too_many else [])
     return {
         "model": {op: "; ".join(texts) for op, texts in sorted(model.items())},
         "intra_node_bytes": round(exact["intra"]),
@@ -295,7 +335,6 @@ def traffic_summary(calls: pl.DataFrame, node_of: dict[int, int], world_size: in
         "by_op": split(["op"]),
         "by_group": split(["group", "op"]),
         "matrix": matrix,
-        "warnings": [f"traffic: ranks {missing} have no node; their links are unclassified"]
-        if missing
-        else [],
+        "matrix_ranks": matrix_ranks,
+        "warnings": warnings,
     }

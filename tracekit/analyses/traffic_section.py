@@ -154,7 +154,9 @@ def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], l
         return None, {}, warnings
     world = _world_size(inp)
     nodes = dict(inp.nodes)
-    summary = traffic_summary(calls.drop("group", "group_desc", "dim"), nodes, world)
+    summary = traffic_summary(
+        calls.drop("group", "group_desc", "dim"), nodes, world, [int(i.rank) for i in inp.infos]
+    )
     warnings += summary.pop("warnings", [])
 
     node = pl.DataFrame(

@@ -83,6 +83,25 @@ def ranges(values: Sequence[int]) -> str:
     return ", ".join(out)
 
 
+def missing_ranges(present: set[int], world: int) -> list[tuple[int, int]]:
+    """The runs [a, b] of ranks 0..world-1 not in ``present``, from the gaps between present
+    ranks: as long as the ranks that have traces, never as long as the declared world."""
+    out, prev = [], -1
+    for r in sorted(r for r in present if 0 <= r < world):
+        if r > prev + 1:
+            out.append((prev + 1, r - 1))
+        prev = r
+    if prev < world - 1:
+        out.append((prev + 1, world - 1))
+    return out
+
+
+def _range_text(runs: Sequence[tuple[int, int]], most: int = 12) -> str:
+    """[(2, 127), (130, 130)] -> '2-127, 130'; past ``most`` runs, the count of the rest."""
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return text + (f" and {len(runs) - most} more runs" if len(runs) > most else "")
+
+
 def _gap_s(a: dict[str, Any], b: dict[str, Any]) -> float:
     first, second = sorted((a, b), key=lambda f: f["start"])
     return (second["start"] - first["end"]) / 1e9
@@ -265,13 +284,14 @@ def missing_ranks_warning(infos: Sequence[TraceInfo], run: dict[str, Any] | None
         world, source = (sizes.pop(), "distributedInfo") if len(sizes) == 1 else (None, "")
     if not world:
         return None
-    missing = sorted(set(range(world)) - {i.rank for i in infos})
-    if not missing:
+    gaps = missing_ranges({i.rank for i in infos}, world)
+    if not gaps:
         return None
-    word = "rank" if len(missing) == 1 else "ranks"
-    verb = "has" if len(missing) == 1 else "have"
+    count = sum(b - a + 1 for a, b in gaps)
+    word = "rank" if count == 1 else "ranks"
+    verb = "has" if count == 1 else "have"
     return (
-        f"{word} {ranges(missing)} of world size {world} ({source}) {verb} no trace: "
+        f"{word} {_range_text(gaps)} of world size {world} ({source}) {verb} no trace: "
         f"the analysis covers rank{'s' if len(infos) > 1 else ''} "
         f"{ranges([i.rank for i in infos])} only"
     )

@@ -791,10 +791,10 @@ def _ring_from_links(links: pl.DataFrame, n: int) -> list[int] | None:
         (pl.col("channel") == 0) & (pl.col("nranks").is_null() | (pl.col("nranks") == n))
     )
     nxt = {r: x for r, x in zip(ch0["rank"].to_list(), ch0["next"].to_list())}
-    if set(nxt) != set(range(n)):
+    if len(nxt) != n or set(nxt) != set(range(n)):  # n is the log's word: sized by data only
         return None
     order, cur = [0], nxt[0]
     while cur != 0 and len(order) <= n:
         order.append(cur)
         cur = nxt.get(cur, -1)
-    return order if cur == 0 and sorted(order) == list(range(n)) else None
+    return order if cur == 0 and len(order) == n and sorted(order) == list(range(n)) else None
