@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,17 @@ def test_missing_ranks_as_ranges():
     assert missing_ranges({0, 5, 6, 9}, 10) == [(1, 4), (7, 8)]
     assert missing_ranges(set(range(4)), 4) == []
     assert missing_ranges({2**31 - 1}, 2**31) == [(0, 2**31 - 2)]
+
+
+def test_pipeline_stages_and_microbatches_from_run_json_do_not_allocate(tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(SAMPLES / "pp-1f1b", folder)
+    run = json.loads((folder / "run.json").read_text())
+    options = run["config"].get("strategy_options") or {}
+    options.update(stages=10**9, microbatches=10**9)
+    run["config"].update(strategy_options=options, microbatches=10**9)
+    (folder / "run.json").write_text(json.dumps(run))
+    out = _analyze(folder, tmp_path / "out")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    warnings = json.loads((tmp_path / "out" / "summary.json").read_text())["warnings"]
+    assert any("run.json says 1000000000 microbatches" in w for w in warnings), warnings

@@ -609,6 +609,12 @@ def analyse(inp: Inputs) -> tuple[dict | None, dict[str, pl.DataFrame], list[str
     run = inp.run
     schedule = _schedule(run, ops, source)
     m = _microbatches(run, ops)
+    if m > ops.height:  # run.json's count sizes the replay's tables: never past the ops traced
+        warnings.append(
+            f"pipeline: run.json says {m} microbatches but the traces hold {ops.height} "
+            "pipeline ops; counted from the traces"
+        )
+        m = _microbatches(None, ops)
     stages = sorted(ops["stage"].unique().to_list())
     ranks = sorted(ops["rank"].unique().to_list())
     stage_of_rank = {r: int(ops.filter(pl.col("rank") == r)["stage"].min()) for r in ranks}
@@ -675,7 +681,10 @@ def analyse(inp: Inputs) -> tuple[dict | None, dict[str, pl.DataFrame], list[str
     # theory and replay (over the whole pipeline: a --ranks subset gets theory, not a replay)
     p_run = ((run or {}).get("config") or {}).get("strategy_options", {}).get("stages")
     p = int(p_run) if p_run else p_devices
-    complete = schedule == "interleaved" or (stages == list(range(p)) and p_devices == p)
+    # len first: p is run.json's word, and list(range(p)) would be as long as it says
+    complete = schedule == "interleaved" or (
+        len(stages) == p == p_devices and stages == list(range(p))
+    )
     theory_value = None
     if schedule in ("gpipe", "1f1b"):
         theory_value = theory.pipeline_bubble_fraction(p, m)
