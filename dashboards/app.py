@@ -558,22 +558,54 @@ def _warm_figures() -> None:
     pio.to_json(F.timeline_overview(tiny), validate=False)
 
 
-def _x_window(relayout: Mapping[str, Any]) -> tuple[float, float] | None:
-    if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
-        return float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])
-    rng = relayout.get("xaxis.range")
+def _number(value: Any) -> float:
+    """A finite axis value from relayoutData (the browser's: anything may arrive); ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"not a number: {value!r}"[:80])
+    number = float(value)
+    if not math.isfinite(number) or abs(number) > 1e18:
+        raise ValueError(f"not a finite axis value: {value!r}"[:80])
+    return number
+
+
+def _window(relayout: Mapping[str, Any], axis: str) -> tuple[float, float] | None:
+    """``axis.range[0]``/``[1]`` or ``axis.range`` as two finite numbers; None when absent,
+    ValueError when present but not two finite numbers."""
+    if f"{axis}.range[0]" in relayout and f"{axis}.range[1]" in relayout:
+        return _number(relayout[f"{axis}.range[0]"]), _number(relayout[f"{axis}.range[1]"])
+    rng = relayout.get(f"{axis}.range")
+    if rng is None:
+        return None
     if isinstance(rng, (list, tuple)) and len(rng) == 2:
-        return float(rng[0]), float(rng[1])
-    return None
+        return _number(rng[0]), _number(rng[1])
+    raise ValueError("a range is two numbers")
+
+
+def _x_window(relayout: Mapping[str, Any]) -> tuple[float, float] | None:
+    return _window(relayout, "xaxis")
 
 
 def _y_window(relayout: Mapping[str, Any]) -> tuple[float, float] | None:
-    if "yaxis.range[0]" in relayout and "yaxis.range[1]" in relayout:
-        return float(relayout["yaxis.range[0]"]), float(relayout["yaxis.range[1]"])
-    rng = relayout.get("yaxis.range")
-    if isinstance(rng, (list, tuple)) and len(rng) == 2:
-        return float(rng[0]), float(rng[1])
-    return None
+    return _window(relayout, "yaxis")
+
+
+def _guarded(fallback):  # noqa: ANN001, ANN202 - decorator factory for Dash callbacks
+    """A callback that never answers HTTP 500: an error that is not TracekitError (a bug, a
+    crafted request) becomes ``fallback(one line)`` for the page, and one line on stderr."""
+
+    def wrap(fn):  # noqa: ANN001, ANN202
+        @functools.wraps(fn)
+        def guarded(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except Exception as exc:  # noqa: BLE001 - shown as one line, never a traceback
+                line = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                print(f"tracekit dash: {fn.__name__}: {line}", file=sys.stderr)
+                return fallback(line)
+
+        return guarded
+
+    return wrap
 
 
 def detail_figure(
@@ -675,6 +707,13 @@ def create_app(
         Output("page", "children"),
         Input("url", "pathname"),
         Input("url", "search"),
+    )
+    @_guarded(
+        lambda line: (
+            no_update,
+            no_update,
+            [html.P(f"could not show this run: {line}", className="warn", id="page-error")],
+        )
     )
     def render(pathname: str | None, search: str | None):
         pathname = pathname or "/"
@@ -784,10 +823,15 @@ def create_app(
         State("url", "search"),
         prevent_initial_call=True,
     )
+    @_guarded(lambda line: (no_update, f"could not draw this window: {line}"))
     def zoom(relayout: dict | None, search: str | None):
         chosen = _runs_from_search(search)
-        if not relayout or not chosen:
+        if not isinstance(relayout, dict) or not chosen:
             return no_update, no_update
+        try:
+            _x_window(relayout), _y_window(relayout)
+        except (ValueError, OverflowError) as exc:
+            return no_update, f"zoom ignored ({exc})"
         try:
             entry = runs.entry(chosen[0])
         except (Refused, TracekitError):
