@@ -20,6 +20,8 @@ from tracekit import netns
 
 pytestmark = [
     pytest.mark.slow,
+    # 8 runs of 4 ranks, groups made again while another job skews their compute: minutes
+    pytest.mark.timeout(3600),
     pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable())),
 ]
 
@@ -44,7 +46,7 @@ def validation(tmp_path_factory: pytest.TempPathFactory) -> dict:
         index = json.loads((Path(keep) / "index.json").read_text())
         existing = {k: Path(v) for k, v in index.items()}
     out = Path(keep) if keep else tmp_path_factory.mktemp("predict-runs")
-    dirs = V.make_runs(out, 3, existing=existing)
+    dirs = V.make_runs(out, V.STEPS, existing=existing)
     v = V.validate(dirs)
     print("\n" + V.report(v))
     return v
