@@ -7,7 +7,7 @@ only), and prints the table: run, bandwidth, predicted, measured, error. Then th
 error on every run (own conditions), the fsdp/hsdp order and crossover, and the pp-1f1b bubble
 against bandwidth. tests/test_predict_network.py runs the same validation with its bounds.
 
-    python benchmarks/predict_validation.py [--out DIR] [--steps 3] [--reuse DIR]
+    python benchmarks/predict_validation.py [--out DIR] [--steps 5] [--reuse DIR]
 
 ``--reuse DIR`` takes the runs a previous call made there (DIR/index.json) instead of new ones.
 Measured step = median of the profiled steps of the slowest rank, as predicted. Runs compared
@@ -61,6 +61,9 @@ GROUPS = [
     ["pp-1f1b"],
 ]
 COMPARABLE = 0.25
+# profiled steps per run: a run's time is mostly start-up (torch, the rendezvous), so 5 steps
+# cost a few seconds more than 3 and make the median step far less sensitive to one bad step
+STEPS = 5
 RETRIES = 2
 
 
@@ -95,7 +98,7 @@ def _disagreement(group: list[str], compute: dict[str, float]) -> float:
 
 
 def make_runs(
-    out: Path, steps: int = 3, retries: int = RETRIES, existing: dict[str, Path] | None = None
+    out: Path, steps: int = STEPS, retries: int = RETRIES, existing: dict[str, Path] | None = None
 ) -> dict[str, Path]:
     """Every RUNS entry (4 ranks, 2 nodes) into OUT, group by group (``existing``: runs made
     before, kept while their group agrees); OUT/index.json names the runs kept."""
@@ -232,7 +235,7 @@ def main() -> None:
     ap.add_argument(
         "--out", type=Path, default=None, help="where the runs go (default: a temp dir)"
     )
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--reuse", type=Path, default=None, help="DIR/index.json of earlier runs")
     args = ap.parse_args()
     if args.reuse:  # as they are: no run is made again
