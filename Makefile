@@ -1,7 +1,7 @@
 # Developer shortcuts; run them inside the venv that has `pip install -c constraints-cpu.txt -e '.[test,dev]'`.
 PYTHON ?= python
 
-.PHONY: lint format test-fast test ci
+.PHONY: lint format test-fast test validate-network ci
 
 # ruff as pinned in pyproject.toml's dev extra (the same checks CI runs)
 lint:
@@ -19,6 +19,10 @@ test-fast:
 # everything, as CI runs it (about 15 minutes on 2 cores)
 test:
 	$(PYTHON) -m pytest -q
+
+# tracekit predict against real emulated networks (root + iproute2; 8 runs of 4 ranks, minutes)
+validate-network:
+	TRACEKIT_NETWORK_VALIDATION=1 $(PYTHON) -m pytest -q -s tests/test_predict_network.py
 
 # the CI check on this machine: a clean venv, the README's two commands, ruff (as root: apt-get)
 ci:
