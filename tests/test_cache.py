@@ -108,7 +108,7 @@ def test_entries_of_other_code_or_damaged_are_ignored(traces, fresh, monkeypatch
 def test_trace_folders_are_never_written(traces, tmp_path):
     """Analysing writes entries into the cache folder only: a folder of traces (shared, another
     user's, read-only) is left as it is."""
-    folder = traces[0].parent / "shared"
+    folder = traces[0].parent / "others_traces"
     folder.mkdir()
     for t in traces:
         t.rename(folder / t.name)
