@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +162,18 @@ def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch) ->
     folder = tmp_path_factory.mktemp("tracekit-cache")
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(folder))
     return folder
+
+
+@contextlib.contextmanager
+def serve_flask(flask_app):  # noqa: ANN001 - a Flask app (the Dash app's .server)
+    """Serve a Flask app on a free 127.0.0.1 port in a thread; yields its base URL."""
+    from werkzeug.serving import make_server
+
+    srv = make_server("127.0.0.1", 0, flask_app, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}"
+    finally:
+        srv.shutdown()
+        thread.join(timeout=10)

@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -22,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import serve_flask
 from test_figures import XSS, big_analysis, synthetic_analysis
 from test_report import xss_trace_folder
 
@@ -109,14 +109,8 @@ def dash_app(root):
 
 @pytest.fixture(scope="module")
 def server(dash_app):
-    from werkzeug.serving import make_server
-
-    srv = make_server("127.0.0.1", 0, dash_app.server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
-    thread.join(timeout=10)
+    with serve_flask(dash_app.server) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

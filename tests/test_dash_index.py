@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
+from conftest import serve_flask
 
 from tracekit import figures as F
 from tracekit.analyze import analyze
@@ -55,16 +55,10 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(root):
-    from werkzeug.serving import make_server
-
     from dashboards.app import create_app
 
-    srv = make_server("127.0.0.1", 0, create_app(root).server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
-    thread.join(timeout=10)
+    with serve_flask(create_app(root).server) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
