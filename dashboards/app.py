@@ -450,8 +450,8 @@ def _page_traffic(rel: str, entry: _Entry) -> list:
 
 
 def _predict_curve(entry: _Entry) -> Any:
-    """tracekit predict's sweep for this run (tracekit.figures_predict), built once."""
-    from tracekit import figures_predict as FP
+    """tracekit predict's sweep for this run (tracekit.figures.predict), built once."""
+    from tracekit.figures import predict as FP
 
     fig = _memo(entry, "figure:predict_curve", lambda: FP.curve_for(entry.analysis))
     return _graph(fig, "fig-predict-curve") if fig is not None else _nodata(FP.NO_DATA)
