@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from tracekit.errors import TracekitError
 from tracekit.events import EVENT_SCHEMA, KINDS
 from tracekit.ingest import TraceInfo, read_trace, read_traces
-from tracekit.ingest.kineto import NO_RANK_WARNING, _default_workers
+from tracekit.ingest.kineto import _default_workers
+from tracekit.ingest.kineto_info import NO_RANK_WARNING
 from tracekit.runfolder import find_trace_files
 
 HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
