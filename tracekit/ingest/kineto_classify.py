@@ -73,6 +73,7 @@ docs/labels.md):
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
@@ -80,7 +81,7 @@ import polars as pl
 from tracekit.events import EVENT_SCHEMA, empty_events
 from tracekit.ingest import collectives as coll
 from tracekit.ingest import devices
-from tracekit.ingest.kineto_decode import Decoded, FullArgs, full_args, series
+from tracekit.ingest.kineto_decode import Decoded, FullArgs, RawArgs, full_args, series
 
 GPU_CATS = devices.DEVICE_CATS  # canonical names (tracekit.ingest.devices)
 COMM_KERNEL = r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel"
@@ -273,7 +274,7 @@ def _collective_columns(
     )
 
 
-def _thread_names(threads: pl.DataFrame, raws: list[bytes], path: Path) -> pl.DataFrame:
+def _thread_names(threads: pl.DataFrame, raws: Sequence[RawArgs], path: Path) -> pl.DataFrame:
     """(pid, tid) -> every distinct thread_name metadata text, joined by " | " in file order.
 
     ``threads``: pid, tid (text) of the ``thread_name`` metadata events; ``raws``: their args.

@@ -18,7 +18,7 @@ args (:class:`FullArgs`). What the columns become: tracekit.ingest.kineto_classi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,12 @@ from tracekit.errors import TracekitError
 try:
     from tracekit.ingest import _kscan
 except ImportError:  # built without a C compiler: the msgspec path reads everything
-    _kscan = None
+    _kscan = None  # type: ignore[assignment]
 
+
+JsonBytes = bytes | bytearray  # a trace's JSON (bytearray: gunzipped)
+RawArgs = bytes | bytearray | msgspec.Raw  # one event's args JSON, as either decoding path keeps it
+DType = pl.DataType | type[pl.DataType]
 
 _NO_RAW = msgspec.Raw(b"")
 
@@ -89,7 +93,7 @@ class Trace(msgspec.Struct, gc=False):
     host_name: Any = None
 
 
-def _decode(data: bytes, path: Path) -> Trace:
+def _decode(data: JsonBytes, path: Path) -> Trace:
     """Typed decode; on failure retry via the stdlib (NaN, Infinity, 1e400) before giving up."""
     decoder = msgspec.json.Decoder(Trace, strict=False)
     try:
@@ -115,7 +119,7 @@ _COMMON_DECODER = msgspec.json.Decoder(_Common, strict=False)
 _ARGS_DECODER = msgspec.json.Decoder(_Args, strict=False)
 
 
-def _args_of(decoder: msgspec.json.Decoder, raw: msgspec.Raw, path: Path, empty: Any) -> Any:
+def _args_of(decoder: msgspec.json.Decoder, raw: RawArgs, path: Path, empty: Any) -> Any:
     """One event's args (absent or null: ``empty``); anything else that is not an object is an
     error naming the file, as a typed decode of the whole file would have said."""
     if not raw:
@@ -144,15 +148,16 @@ def _common_args(xs: list[_Event], path: Path) -> list[_Common]:
         return [_args_of(_COMMON_DECODER, e.args, path, _NO_COMMON) for e in xs]
 
 
-def full_args(raw: msgspec.Raw, path: Path) -> _Args:
+def full_args(raw: RawArgs, path: Path) -> _Args:
     return _args_of(_ARGS_DECODER, raw, path, _NO_ARGS)
 
 
 class FullArgs:
     """All read ``args`` keys of X event i (``_Args``), decoded on first use."""
 
-    def __init__(self, raw_args: Callable[[int], bytes], path: Path) -> None:
-        self.raw_args, self.path, self.done = raw_args, path, {}
+    def __init__(self, raw_args: Callable[[int], RawArgs], path: Path) -> None:
+        self.raw_args, self.path = raw_args, path
+        self.done: dict[int, _Args] = {}
 
     def __getitem__(self, i: int) -> _Args:
         if i not in self.done:
@@ -163,7 +168,7 @@ class FullArgs:
 # --- columns --------------------------------------------------------------------------------
 
 
-def _keep(values: list, dtype: pl.DataType) -> list:
+def _keep(values: list, dtype: DType) -> list:
     """Only the values a column of ``dtype`` can hold (bools, lists, dicts become None)."""
     if dtype == pl.Utf8:
         return [v if v.__class__ is str else None for v in values]
@@ -172,7 +177,7 @@ def _keep(values: list, dtype: pl.DataType) -> list:
     return [v if v.__class__ is int else None for v in values]
 
 
-def series(name: str, values: list, dtype: pl.DataType) -> pl.Series:
+def series(name: str, values: list, dtype: DType) -> pl.Series:
     """A typed column from loosely typed values; what does not fit becomes null.
 
     The strict constructor is the fast path for well-formed traces; anything odd (text where
@@ -229,13 +234,13 @@ class Decoded:
 
     top: Trace  # distributedInfo, deviceProperties, ... (no events)
     xframe: pl.DataFrame  # the X events' raw columns (_base_frame's), file order
-    raw_args: Callable[[int], bytes]  # X event i -> its args JSON (b"" when none)
+    raw_args: Callable[[int], RawArgs]  # X event i -> its args JSON (b"" when none)
     threads: pl.DataFrame  # pid, tid (text) of thread_name metadata events
-    thread_args: list[bytes]  # ... and their args
-    memory_args: list[bytes]  # args of the [memory] instant events
+    thread_args: Sequence[RawArgs]  # ... and their args
+    memory_args: Sequence[RawArgs]  # args of the [memory] instant events
 
 
-def _decoded_msgspec(data: bytes, path: Path) -> Decoded:
+def _decoded_msgspec(data: JsonBytes, path: Path) -> Decoded:
     """The general path: msgspec Structs, then one comprehension per column. Reads every
     trace, and words every error."""
     trace = _decode(data, path)
@@ -267,7 +272,7 @@ class _ArrowColumns:
         return self.capsules
 
 
-def _decoded_fast(data: bytes, path: Path) -> Decoded | None:
+def _decoded_fast(data: JsonBytes, path: Path) -> Decoded | None:
     """The C scanner's path (tracekit/ingest/_kscan.c): columns without per-event Python
     objects. None when the scanner is not built or declines the file (anything unusual:
     the msgspec path then reads it, or says what is wrong)."""
@@ -315,5 +320,5 @@ def _decoded_fast(data: bytes, path: Path) -> Decoded | None:
     )
 
 
-def decode_trace(data: bytes, path: Path) -> Decoded:
+def decode_trace(data: JsonBytes, path: Path) -> Decoded:
     return _decoded_fast(data, path) or _decoded_msgspec(data, path)

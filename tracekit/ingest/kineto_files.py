@@ -128,7 +128,9 @@ def _gunzip(raw: bytes, limit: int, why: str, path: Path, size_hint: int = 0) ->
             d = zlib.decompressobj(wbits=31)
             at = member  # raw[:at] has gone into d
             while not d.eof:
-                piece = d.unconsumed_tail  # what the last call left at the output cap
+                piece: bytes | memoryview = (
+                    d.unconsumed_tail
+                )  # what the last call left at the output cap
                 if not piece and at < size:
                     piece = view[at : at + _GUNZIP_IN]
                     at += len(piece)
@@ -188,10 +190,10 @@ def read_bytes(path: Path) -> bytes | bytearray:
         raise TracekitError("empty file", path)
     if not gz:
         return data
-    data = _gunzip(data, limit, why, path, hint)
-    if not data:
+    out = _gunzip(data, limit, why, path, hint)
+    if not out:
         raise TracekitError("empty file (gzip of nothing)", path)
-    return data
+    return out
 
 
 HEAD_BYTES = 1 << 16

@@ -24,7 +24,7 @@ import msgspec
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.ingest.kineto_decode import Trace, full_args, series
+from tracekit.ingest.kineto_decode import RawArgs, Trace, full_args, series
 from tracekit.ingest.kineto_files import HEAD_BYTES, read_head
 from tracekit.runfolder import rank_from_filename
 
@@ -172,7 +172,7 @@ _DEVICE_TYPES = {
 }
 
 
-def memory_peaks(raws: list[bytes], path: Path) -> dict[str, int]:
+def memory_peaks(raws: Sequence[RawArgs], path: Path) -> dict[str, int]:
     """Device -> max ``Total Allocated`` over the ``[memory]`` instant events (``ph: "i"``).
 
     Keys are torch device names: "cpu", "cuda:0", ... On CPU the profiler's reporter counts only

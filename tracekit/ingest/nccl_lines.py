@@ -50,7 +50,15 @@ HEADER = re.compile(
 )
 HEADER_START = re.compile(r"#\s+Rank\s+\d")
 # keys a comm line carries a value after: one of these (or the start of one) last is a cut line
-COMM_KEYS = ("nNodes", "localRanks", "localRank", "cudaDev", "nvmlDev", "busId", "commId")
+COMM_KEYS: tuple[str, ...] = (
+    "nNodes",
+    "localRanks",
+    "localRank",
+    "cudaDev",
+    "nvmlDev",
+    "busId",
+    "commId",
+)
 COMM_KEYS += ("MNNVL", "parent", "color", "key", "nranks", "nRanks", "rank")
 
 # Prefix: [host:pid:tid ]"[dev] "[file.cc:line ]"NCCL INFO ", at line start or after a launcher tag.

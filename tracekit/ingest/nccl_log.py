@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import polars as pl
 
@@ -206,7 +206,7 @@ def _complete_expr() -> pl.Expr:
     ).fill_null(False)
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> io.BufferedIOBase:
     try:
         if path.name.endswith(".gz"):
             return gzip.open(path, "rb")
@@ -215,7 +215,7 @@ def _open(path: Path) -> IO[bytes]:
         raise TracekitError(f"cannot read NCCL log ({exc.strerror or exc})", path) from None
 
 
-def _raw_lines(f: IO[bytes], parser: Parser) -> Iterator[bytes]:
+def _raw_lines(f: io.BufferedIOBase, parser: Parser) -> Iterator[bytes]:
     """Lines as bytes; an over-long run without a newline is skipped and counted."""
     while True:
         chunk = f.readline(_MAX_LINE)
@@ -341,7 +341,7 @@ def ring_order(log: NcclLog, nranks: int | None = None) -> list[int] | None:
     that size. None when no complete ring 0 is in the log (e.g. NCCL cut the line short).
     """
     world = _world(log, nranks)
-    n = nranks if nranks is not None else (int(world["nranks"][0]) if world.height else None)
+    n = nranks if nranks is not None else (int(world["nranks"].item(0)) if world.height else None)
     rings = log.rings.filter((pl.col("channel") == 0) & pl.col("complete"))
     if n is not None:
         mine = rings.filter(pl.col("nranks") == n)

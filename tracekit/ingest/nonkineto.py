@@ -49,7 +49,8 @@ def is_kineto(path: Path) -> bool:
 def split(files: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     """(Kineto traces, other JSON files). When no file is a Kineto trace, all are returned as
     traces: reading them gives the one-line error it always gave."""
-    kept, skipped = [], []
+    kept: list[Path] = []
+    skipped: list[Path] = []
     for f in files:
         (kept if is_kineto(f) else skipped).append(f)
     return (kept, skipped) if kept else (list(files), [])
