@@ -58,9 +58,15 @@ def _run_picker(runs: list[str], value: Any, multi: bool = False) -> html.Div:
     )
 
 
+class TracekitApp(Dash):
+    """A Dash app that also holds the runs it serves (for tests and embedding)."""
+
+    tracekit_runs: Runs
+
+
 def create_app(
     root: Path | str, *, analyses: Mapping[str, Any] | None = None, cache_size: int = CACHE_SIZE
-) -> Dash:
+) -> TracekitApp:
     """The Dash app over the runs under ROOT.
 
     ``analyses`` adds ready-made analyses under the given names (e.g. synthetic runs); they are
@@ -72,10 +78,10 @@ def create_app(
     runs = Runs(root, preloaded=analyses, cache_size=cache_size)
     by_path = {p.path: p for p in PAGES}
     summaries = index.Summaries(runs)
-    app = Dash(
+    app = TracekitApp(
         __name__,
         title="tracekit",
-        update_title=None,
+        update_title=None,  # type: ignore[arg-type]  # dash types it str; its docs: None disables it
         suppress_callback_exceptions=True,
         assets_folder=str(Path(__file__).with_name("assets")),
         serve_locally=True,
@@ -95,7 +101,8 @@ def create_app(
                 html.Div(id="page"),
                 type="circle",
                 delay_show=150,
-                target_components={"page": "children"},
+                # dash 4 generates TargetComponents as an empty TypedDict: no key type-checks
+                target_components={"page": "children"},  # type: ignore[arg-type]
             ),
         ],
         className="app",

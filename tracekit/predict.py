@@ -238,7 +238,7 @@ def prediction(
         "sweep": None,
     }
     if inter is not None and inter[1] is not None:
-        lo, hi = inter
+        lo, hi = inter[0], inter[1]  # hi: not None (a tuple unpacked is not narrowed)
         points = model.log_points(lo, hi)
         curve = [_point(m, model.Network(b, intra_bits, latency_s)) for b in points]
         free_step = out["free_step_time_s"] or 0.0
@@ -347,6 +347,6 @@ def predict(
     m = load(path, analysis)
     pred = prediction(m, inter, intra, float(latency_us))
     if write:
-        target = Path(out) / "prediction.json" if out is not None else default_output(path)
+        target = Path(out) / "prediction.json" if out is not None else default_output(Path(path))
         write_prediction(pred, target)
     return pred

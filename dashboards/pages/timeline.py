@@ -90,6 +90,7 @@ def detail_figure(
     bubbles = F.frame(analysis, "bubbles")
     if relayout.get("xaxis.autorange"):
         fig = overview if overview is not None else F.timeline_overview(tl, bubbles=bubbles)
+        assert fig is not None  # tl has spans
         meta = fig.layout.meta
         return fig, (
             f"overview: {meta['segments']:,} spans in {meta['bins']} bins of {F.fmt_s(meta['bin_s'])} "
@@ -115,6 +116,7 @@ def detail_figure(
         ranks=ranks,
         y_range=yw,
     )
+    assert fig is not None  # tl has spans
     meta = fig.layout.meta
     size = len(pio.to_json(fig, validate=False))
     if meta["mode"] == "detail":

@@ -75,8 +75,8 @@ def _keys(table: pl.DataFrame) -> pl.DataFrame:
         pl.when(is_p2p).then(dst).alias("dst"),
     )
     t = t.with_row_index("_row")
-    k = _p2p_index(t.filter(is_p2p & pl.col("peer").is_not_null()))
-    t = t.join(k, on="_row", how="left").drop("_row")
+    p2p_index = _p2p_index(t.filter(is_p2p & pl.col("peer").is_not_null()))
+    t = t.join(p2p_index, on="_row", how="left").drop("_row")
     k = pl.col("_k")
     return t.with_columns(
         pl.when(is_p2p & pl.col("peer").is_not_null())
@@ -216,7 +216,7 @@ def matches_frame(table: pl.DataFrame) -> pl.DataFrame:
             "dim",
             "call_id",
         )
-        .cast(MATCHES_SCHEMA)
+        .cast(MATCHES_SCHEMA)  # type: ignore[arg-type]  # polars#14468: cast() rejects a dict[str, dtype]
         .sort("group", "seq", "rank", "start_ns", "call_id", nulls_last=True, maintain_order=True)
     )
 

@@ -31,7 +31,7 @@ import heapq
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tracekit.analyses.predict_program import Call, Item, Program
 
@@ -91,6 +91,7 @@ def _dispatch(
             ):
                 prev = None
             ready = max(it.t_ns, prev.span_end_ns if prev is not None else it.t_ns)
+            assert it.call_id is not None  # every post names its call
             out[(rank, it.call_id)] = (
                 prev.call_id if prev is not None else None,
                 max(0, it.span_start_ns - ready),
@@ -188,6 +189,7 @@ def replay(
                 blocked_ns[r] += resume - now
                 delay[r] = resume - w
         elif it.kind == "mark":
+            assert it.key is not None  # every mark has its key
             marks[r][it.key] = now * 1e-9
             marks_work[r][it.key] = w * 1e-9
         nxt[r] += 1
@@ -209,11 +211,8 @@ def replay(
         steps = max(1, len(durs))
         n_steps = max(n_steps, len(durs))
         step_time[r] = statistics.median(durs) if durs else None
-        spans = sorted(
-            (span_start[(r, it.call_id)], end_at[(r, it.call_id)])
-            for it in prog.items
-            if it.kind == "post" and (r, it.call_id) in span_start
-        )
+        post_keys = [(r, cast(str, it.call_id)) for it in prog.items if it.kind == "post"]
+        spans = sorted((span_start[k], end_at[k]) for k in post_keys if k in span_start)
         total, hi = 0.0, -math.inf
         for a, b in spans:  # union length of the spans
             if b > hi:

@@ -145,9 +145,9 @@ def calls_table(coll: pl.DataFrame, nodes: dict[int, int]) -> dict[str, Call]:
         )
     )
     for r in pairs.iter_rows(named=True):
-        c = out.get(r["call_id"])
-        if c is not None and r["s"] is not None and r["e"] is not None:
-            c.transfer_ns = int(min(c.transfer_ns, max(0, r["e"] - r["s"])))
+        call = out.get(r["call_id"])
+        if call is not None and r["s"] is not None and r["e"] is not None:
+            call.transfer_ns = int(min(call.transfer_ns, max(0, r["e"] - r["s"])))
     # collectives end on each rank as measured; a p2p transfer ends at once on both (the send's
     # span lasts until the sender's wait(), which is no end of the transfer)
     last = (

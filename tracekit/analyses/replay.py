@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import polars as pl
 
@@ -123,7 +124,7 @@ def _durations(x: Durations, p: int, m: int, name: str) -> list[list[float]]:
     """[stage][microbatch] from a scalar, a per-stage list, or a [stage][microbatch] table."""
     if isinstance(x, (int, float)):
         return [[float(x)] * m for _ in range(p)]
-    rows = list(x)
+    rows: list[Sequence[float] | float] = list(x)
     if len(rows) != p:
         raise ValueError(f"{name}: expected {p} stages, got {len(rows)}")
     table = []
@@ -131,10 +132,10 @@ def _durations(x: Durations, p: int, m: int, name: str) -> list[list[float]]:
         if isinstance(row, (int, float)):
             table.append([float(row)] * m)
             continue
-        row = [float(v) for v in row]
-        if len(row) != m:
-            raise ValueError(f"{name}[{s}]: expected {m} microbatches, got {len(row)}")
-        table.append(row)
+        values = [float(v) for v in row]
+        if len(values) != m:
+            raise ValueError(f"{name}[{s}]: expected {m} microbatches, got {len(values)}")
+        table.append(values)
     if any(v < 0 for row in table for v in row):
         raise ValueError(f"{name}: durations must be >= 0")
     return table
@@ -207,11 +208,12 @@ def replay(
             raise RuntimeError(f"{schedule} replay deadlocked at {nxt}")
 
     ops = pl.DataFrame(rows, schema=OPS_SCHEMA).sort("stage", maintain_order=True)
-    lo = ops.filter(pl.col("kind") == "F")["start"].min()
-    hi = ops.filter(pl.col("kind") == "B")["end"].max()
+    # Float64 columns of a non-empty frame: their min and max are floats
+    lo = cast(float, ops.filter(pl.col("kind") == "F")["start"].min())
+    hi = cast(float, ops.filter(pl.col("kind") == "B")["end"].max())
     window = hi - lo
 
-    per_stage = []
+    per_stage: list[dict[str, Any]] = []
     for s in range(p):
         mine = ops.filter(pl.col("stage") == s)
         starts, ends = mine["start"].to_list(), mine["end"].to_list()
@@ -219,8 +221,8 @@ def replay(
             {
                 "stage": s,
                 "busy": float(sum(e - st for st, e in zip(starts, ends))),
-                "fill": mine.filter(pl.col("kind") == "F")["start"].min() - lo,
-                "drain": hi - mine.filter(pl.col("kind") == "B")["end"].max(),
+                "fill": cast(float, mine.filter(pl.col("kind") == "F")["start"].min()) - lo,
+                "drain": hi - cast(float, mine.filter(pl.col("kind") == "B")["end"].max()),
                 "steady": float(sum(max(0.0, st - e) for e, st in zip(ends[:-1], starts[1:]))),
                 "max_inflight": _max_inflight(programs[s]),
             }

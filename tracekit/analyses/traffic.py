@@ -34,7 +34,7 @@ A link is intra-node when both ends are on one node, inter-node otherwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -313,8 +313,8 @@ def traffic_summary(
             for r in out.to_dicts()
         ]
 
-    exact = {
-        k: links.filter(pl.col("link") == k)["bytes"].sum()
+    exact = {  # sums of a Float64 column
+        k: cast(float, links.filter(pl.col("link") == k)["bytes"].sum())
         for k in ("intra", "inter", "unclassified")
     }
     classified = exact["intra"] + exact["inter"]

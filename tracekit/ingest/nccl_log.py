@@ -25,6 +25,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 
@@ -315,7 +316,7 @@ def _world(log: NcclLog, nranks: int | None = None) -> pl.DataFrame:
     comms = log.comms
     if comms.height == 0:
         return comms
-    n = nranks if nranks is not None else int(comms["nranks"].max())
+    n = nranks if nranks is not None else int(cast(int, comms["nranks"].max()))
     world = comms.filter(pl.col("nranks") == n)
     ids = world["unique_id"].drop_nulls()
     if ids.len():

@@ -24,7 +24,7 @@ follow blocks of localRanks, and when host names cannot tell the nodes apart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -87,11 +87,11 @@ def _seen(world: pl.DataFrame, placements: pl.DataFrame | None, n: int | None) -
 def derive(log: Any, world: pl.DataFrame) -> tuple[dict[int, dict[str, Any]], list[str]]:
     """(rank -> {host, node, local_rank, source}, warnings) for the world communicator
     ``world`` (its INIT rows, one per rank; see the module docstring)."""
-    n = int(world["nranks"].max()) if world.height else None
+    n = int(cast(int, world["nranks"].max())) if world.height else None
     seen = _seen(world, log.placements, n)
     if not seen:
         return {}, []
-    nnodes = world["nnodes"].max() if world.height else None
+    nnodes = cast("int | None", world["nnodes"].max()) if world.height else None
     per_node = world["local_ranks"].drop_nulls().unique().to_list() if world.height else []
     per = int(per_node[0]) if len(per_node) == 1 and per_node[0] > 0 else None
     hosts = {r: v["host"] for r, v in seen.items()}
@@ -144,6 +144,7 @@ def derive(log: Any, world: pl.DataFrame) -> tuple[dict[int, dict[str, Any]], li
     n_missing = (total or 0) - len(seen_ranks)
     infer = blocks_ok and n is not None and n <= MAX_PLACED
     if infer:
+        assert n is not None and per is not None  # infer implies both (blocks_ok needs per)
         missing = [r for r in range(n) if r not in layout]
         host_of = {r // per: v["host"] for r, v in layout.items() if v["host"]}
         for r in missing:
