@@ -3,10 +3,12 @@ PYTHON ?= python
 
 .PHONY: lint format test-fast test validate-network ci
 
-# ruff as pinned in pyproject.toml's dev extra (the same checks CI runs)
+# ruff, the import contracts and mypy, as pinned in pyproject.toml's dev extra (the same checks CI runs)
 lint:
 	ruff check .
 	ruff format --check .
+	lint-imports
+	mypy
 
 format:
 	ruff format .
@@ -24,6 +26,6 @@ test:
 validate-network:
 	TRACEKIT_NETWORK_VALIDATION=1 $(PYTHON) -m pytest -q -s tests/test_predict_network.py
 
-# the CI check on this machine: a clean venv, the README's two commands, ruff (as root: apt-get)
+# the CI check on this machine: a clean venv, the README's two commands, ruff, lint-imports, mypy (as root: apt-get)
 ci:
 	bash .ci/run
