@@ -15,6 +15,7 @@ with one line, within a bound; an unreachable scheduler and a missing Dask are o
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, run_cli
 
 from tracekit.engines import EngineInfo, open_executor
 from tracekit.errors import TracekitError
@@ -50,6 +51,22 @@ BOUND_S = 300  # an analysis that has not finished by then hangs
 def job(tmp_path_factory) -> list[Path]:
     sources = sorted((SAMPLES / "dp" / "traces").glob("rank*.json.gz"))
     return renumber.build(sources, RANKS, tmp_path_factory.mktemp("job16"))
+
+
+@pytest.fixture(scope="module")
+def in_process(job, tmp_path_factory) -> bytes:
+    """summary.json of the job analysed without a scheduler, as the CLI writes it."""
+    out = tmp_path_factory.mktemp("in_process") / "out"
+    done = run_cli("analyze", str(job[0].parent), "--no-cache", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return (out / "summary.json").read_bytes()
+
+
+def _without_engine(summary_json: bytes) -> tuple[bytes, dict | None]:
+    """(summary.json as it would be without the ``engine`` key, that key's value)."""
+    summary = json.loads(summary_json)
+    engine = summary.pop("engine", None)
+    return (json.dumps(summary, indent=2) + "\n").encode(), engine
 
 
 @dataclass
@@ -167,6 +184,18 @@ def test_per_rank_tasks_on_dask_equal_the_in_process_parse(cluster, job):
     assert all(t["status"] == "OK" for t in ran)
 
 
+def test_analyze_on_dask_writes_the_in_process_summary(cluster, job, in_process, tmp_path):
+    out = tmp_path / "out"
+    done = run_cli(
+        "analyze", str(job[0].parent), "--no-cache", "--scheduler", cluster.address,
+        "--out", str(out), timeout=BOUND_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary, engine = _without_engine((out / "summary.json").read_bytes())
+    assert engine == {"kind": "dask", "address": cluster.address, "workers": 2}
+    assert summary == in_process  # byte for byte, but for the engine
+
+
 def test_a_task_error_on_a_worker_is_the_users_one_line(cluster, tmp_path):
     bad = tmp_path / "rank3.json.gz"
     bad.write_bytes(b"not gzip")
@@ -176,7 +205,7 @@ def test_a_task_error_on_a_worker_is_the_users_one_line(cluster, tmp_path):
     assert str(bad) in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_worker_killed_mid_analysis_never_hangs(cluster, job, tmp_path):
+def test_a_worker_killed_mid_analysis_never_hangs(cluster, job, in_process, tmp_path):
     """A third worker joins, and is killed (its whole process group) once the scheduler has
     given it a per-rank task; the two others must finish the job, or it fails in one line."""
     victim = cluster.start_worker("victim")
@@ -211,8 +240,8 @@ def test_a_worker_killed_mid_analysis_never_hangs(cluster, job, tmp_path):
             proc.wait()
         cluster.stop("victim")
     assert not _pg_alive(victim.pid)
-    if proc.returncode == 0:
-        assert (out / "summary.json").is_file()
+    if proc.returncode == 0:  # Dask ran the victim's task again on a worker left
+        assert _without_engine((out / "summary.json").read_bytes())[0] == in_process
     else:  # Dask gave up on the task: one line, ours
         lines = stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("tracekit: "), (
@@ -238,6 +267,19 @@ def test_an_unreachable_scheduler_is_one_line_within_the_timeout(job):
     assert time.monotonic() - t0 < 30
     assert str(err.value).startswith(f"cannot reach the Dask scheduler at {address}: ")
     assert "\n" not in str(err.value)
+
+
+def test_the_cli_reports_an_unreachable_scheduler_in_one_line(job, tmp_path):
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    t0 = time.monotonic()
+    out = tmp_path / "out"
+    done = run_cli("analyze", str(job[0].parent), "--scheduler", address, "--out", str(out))
+    assert time.monotonic() - t0 < 120  # the connect timeout is 10 s
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"tracekit: cannot reach the Dask scheduler at {address}: ")
+    assert not out.exists()
 
 
 def test_a_missing_dask_says_how_to_get_it():
