@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import gzip
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -63,7 +64,11 @@ def local_cluster(workers: int = 2) -> Iterator[str]:
     from distributed import LocalCluster
 
     with LocalCluster(
-        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,  # not the nanny's "still alive after 4 s, killing" at the end
     ) as cluster:
         yield cluster.scheduler_address
 

@@ -22,6 +22,7 @@ a worker that dies while running a task is retried by Dask on another worker (up
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import sys
@@ -89,15 +90,44 @@ def open_executor(
         with pool, _one_line(info):
             yield pool, info
         return
-    client = _connect(chosen, connect_timeout)
+    _require_dask(chosen)  # before muting: importing distributed sets its loggers' levels
+    with _dask_logs_muted():
+        client = _connect(chosen, connect_timeout)
+        try:
+            info = EngineInfo("dask", chosen, len(client.nthreads()))
+            with _one_line(info):
+                # pure=False: a task reads a file that may change, so no result is shared by key
+                yield client.get_executor(pure=False), info
+        finally:
+            with suppress(Exception):  # a scheduler that is gone: nothing to disconnect from
+                client.close(timeout=connect_timeout)
+
+
+@contextmanager
+def _dask_logs_muted() -> Iterator[None]:
+    """Dask's loggers in this process (the driver's client) below CRITICAL silenced while the
+    engine is open: tracekit reports a lost scheduler or dead workers in its own one line,
+    where Dask's client would log each reconnect attempt with a traceback. The workers' and
+    the scheduler's own logs are untouched."""
+    names = ["distributed"]
+    names += [n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]
+    saved = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL)
     try:
-        info = EngineInfo("dask", chosen, len(client.nthreads()))
-        with _one_line(info):
-            # pure=False: a task reads a file that may change, so no result is shared by key
-            yield client.get_executor(pure=False), info
+        yield
     finally:
-        with suppress(Exception):  # a scheduler that is gone: nothing left to disconnect from
-            client.close(timeout=connect_timeout)
+        for n, level in saved.items():
+            logging.getLogger(n).setLevel(level)
+
+
+def _require_dask(address: str) -> None:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise TracekitError(
+            f"--scheduler {address} needs Dask distributed, which is not installed: {INSTALL_HINT}"
+        ) from None
 
 
 def _connect(address: str, timeout: float) -> Any:
@@ -108,14 +138,9 @@ def _connect(address: str, timeout: float) -> Any:
     fails half-way through its constructor would hang the interpreter's exit and print a
     traceback from its finaliser.
     """
-    try:
-        from distributed import Client
-        from distributed.comm import connect
-        from distributed.security import Security
-    except ImportError:
-        raise TracekitError(
-            f"--scheduler {address} needs Dask distributed, which is not installed: {INSTALL_HINT}"
-        ) from None
+    from distributed import Client
+    from distributed.comm import connect
+    from distributed.security import Security
 
     async def reach() -> None:
         args = Security().get_connection_args("client")
