@@ -34,6 +34,7 @@ from tracekit.engines import EngineInfo, open_executor
 from tracekit.errors import TracekitError
 from tracekit.ingest.kineto import read_trace
 from tracekit.rank_task import parse_ranks
+from tracekit.summary import encode, from_json
 
 distributed = pytest.importorskip("distributed")
 
@@ -191,9 +192,11 @@ def test_analyze_on_dask_writes_the_in_process_summary(cluster, job, in_process,
         "--out", str(out), timeout=BOUND_S,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    summary, engine = _without_engine((out / "summary.json").read_bytes())
+    written = (out / "summary.json").read_bytes()
+    summary, engine = _without_engine(written)
     assert engine == {"kind": "dask", "address": cluster.address, "workers": 2}
     assert summary == in_process  # byte for byte, but for the engine
+    assert encode(from_json(written)).encode() == written  # the schema knows the engine key
 
 
 def test_a_task_error_on_a_worker_is_the_users_one_line(cluster, tmp_path):
