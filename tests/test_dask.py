@@ -36,7 +36,11 @@ from tracekit.ingest.kineto import read_trace
 from tracekit.rank_task import parse_ranks
 from tracekit.summary import encode, from_json
 
-distributed = pytest.importorskip("distributed")
+try:
+    import distributed
+except ImportError:  # the cluster (or test) extra is not installed: only the missing-Dask test runs
+    distributed = None
+needs_dask = pytest.mark.skipif(distributed is None, reason="pip install 'tracekit[cluster]'")
 
 # the builder by its path (benchmarks/ is not a package, nor on sys.path)
 _SPEC = importlib.util.spec_from_file_location("renumber", ROOT / "benchmarks" / "renumber.py")
@@ -79,7 +83,8 @@ class Cluster:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def start(self, name: str, *args: str) -> subprocess.Popen:
-        """``dask <name-kind> ARGS`` in a process group of its own, logging to FOLDER/NAME.log."""
+        """``dask scheduler`` (NAME "scheduler") or ``dask worker`` with ARGS, in a process group
+        of its own, logging to FOLDER/NAME.log."""
         module = "dask_scheduler" if name == "scheduler" else "dask_worker"
         with open(self.folder / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(
@@ -166,6 +171,7 @@ def _pg_alive(pid: int) -> bool:
 # --- the real cluster --------------------------------------------------------------------------
 
 
+@needs_dask
 def test_per_rank_tasks_on_dask_equal_the_in_process_parse(cluster, job):
     expected = [read_trace(p) for p in job]
     with distributed.get_task_stream(client=cluster.client) as stream:
@@ -185,6 +191,7 @@ def test_per_rank_tasks_on_dask_equal_the_in_process_parse(cluster, job):
     assert all(t["status"] == "OK" for t in ran)
 
 
+@needs_dask
 def test_analyze_on_dask_writes_the_in_process_summary(cluster, job, in_process, tmp_path):
     out = tmp_path / "out"
     done = run_cli(
@@ -199,6 +206,7 @@ def test_analyze_on_dask_writes_the_in_process_summary(cluster, job, in_process,
     assert encode(from_json(written)).encode() == written  # the schema knows the engine key
 
 
+@needs_dask
 def test_a_task_error_on_a_worker_is_the_users_one_line(cluster, tmp_path):
     bad = tmp_path / "rank3.json.gz"
     bad.write_bytes(b"not gzip")
@@ -208,6 +216,7 @@ def test_a_task_error_on_a_worker_is_the_users_one_line(cluster, tmp_path):
     assert str(bad) in str(err.value) and "\n" not in str(err.value)
 
 
+@needs_dask
 def test_a_worker_killed_mid_analysis_never_hangs(cluster, job, in_process, tmp_path):
     """A third worker joins, and is killed (its whole process group) once the scheduler has
     given it a per-rank task; the two others must finish the job, or it fails in one line."""
@@ -261,6 +270,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@needs_dask
 def test_an_unreachable_scheduler_is_one_line_within_the_timeout(job):
     address = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens there
     t0 = time.monotonic()
@@ -272,6 +282,7 @@ def test_an_unreachable_scheduler_is_one_line_within_the_timeout(job):
     assert "\n" not in str(err.value)
 
 
+@needs_dask
 def test_the_cli_reports_an_unreachable_scheduler_in_one_line(job, tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"
     t0 = time.monotonic()
