@@ -9,9 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -20,7 +17,7 @@ import polars as pl
 import pytest
 from builders.damage import SEEDS, damaged, seed_traces
 from builders.traces import CPU_ONLY, NCCL_DATA, small_trace
-from conftest import HTA
+from conftest import HTA, torchrun
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -231,24 +228,7 @@ def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     root = tmp_path_factory.mktemp("gloo")
     script = root / "job.py"
     script.write_text(GLOO_JOB)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(script),
-            str(root),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun(script, root, timeout=240)
     paths = [root / f"trace.rank{r}.json.gz" for r in (0, 1)]
     assert all(p.is_file() for p in paths)
     return paths
