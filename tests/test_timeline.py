@@ -12,13 +12,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from builders.analyses import event_frame
 from builders.traces import complete, kineto, thread_name, write_trace
 from corpus_reference import differences, rank_seconds
 
 from tracekit import timeline
 from tracekit.analyses import breakdown
 from tracekit.analyze import analyze
-from tracekit.events import EVENT_SCHEMA
 
 
 def ev(
@@ -35,8 +35,7 @@ def ev(
     correlation=None,
     op=None,
 ):
-    row = {k: None for k in EVENT_SCHEMA}
-    row.update(
+    return dict(
         rank=rank,
         name=name,
         start_ns=start,
@@ -51,11 +50,6 @@ def ev(
         op=op,
         stream=int(tid) if device == "gpu" else None,
     )
-    return row
-
-
-def frame(rows):
-    return pl.DataFrame(rows, schema=EVENT_SCHEMA)
 
 
 CPU_RANK = [
@@ -177,7 +171,7 @@ def hand_built(tmp_path: Path) -> list[Path]:
 
 
 def run_pipeline(rows, gpu_ranks):
-    events = frame(rows)
+    events = event_frame(rows)
     windows = timeline.analysis_windows(events, gpu_ranks)
     iv = timeline.intervals(events, windows, gpu_ranks)
     windows = timeline.refine_gpu_windows(windows, iv, gpu_ranks)
@@ -210,7 +204,7 @@ def test_cpu_rank_every_number_exact():
 
 
 def test_runloop_thread_found_by_name_and_by_content():
-    events = frame(CPU_RANK)
+    events = event_frame(CPU_RANK)
     loops = timeline.runloop_threads(events)
     assert loops.select("rank", "tid").rows() == [(0, "2")]
     unnamed = events.with_columns(pl.lit(None, pl.Utf8).alias("thread_name")).filter(

@@ -1,4 +1,6 @@
-"""Synthetic Analysis objects for the figure, report and app tests.
+"""Events tables and synthetic Analysis objects for the timeline, figure, report and app tests.
+
+``event_frame``: an events table from rows that give only the columns a test needs.
 
 ``synthetic_analysis``: a 4-rank, 2-node GPipe run with every summary section and frame the
 analyses produce (pipeline, overlap, memory, traffic, collectives), so that each figure, report
@@ -21,9 +23,28 @@ from tracekit.events import EVENT_SCHEMA
 T0 = 1_700_000_000_000_000_000
 
 
-def _events(rows: list[dict]) -> pl.DataFrame:
+def event_frame(rows: list[dict]) -> pl.DataFrame:
+    """An events table (tracekit.events.EVENT_SCHEMA) of rows that give some columns (the
+    others null)."""
     full = [{**{k: None for k in EVENT_SCHEMA}, **r} for r in rows]
     return pl.DataFrame(full, schema=EVENT_SCHEMA)
+
+
+def _on_main(rank: int, cat: str, name: str, start_ns: int, end_ns: int, kind: str, **more):
+    """A row of an event on the main thread of a CPU rank."""
+    return {
+        "rank": rank,
+        "device": "cpu",
+        "pid": "1",
+        "tid": "1",
+        "thread_name": "main",
+        "cat": cat,
+        "name": name,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "kind": kind,
+        **more,
+    }
 
 
 def _timeline_from(
@@ -166,65 +187,22 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
         states.append((o["rank"], o["end_ns"], o["end_ns"] + 60_000, "comm"))
         states.append((o["rank"], o["end_ns"] + 60_000, o["end_ns"] + 70_000, "other"))
         op_name = f"{'forward' if o['kind'] == 'F' else 'backward'} mb{o['microbatch']}"
+        events.append(_on_main(o["rank"], "cpu_op", op_name, o["start_ns"], o["end_ns"], "compute"))
         events.append(
-            {
-                "rank": o["rank"],
-                "device": "cpu",
-                "pid": "1",
-                "tid": "1",
-                "thread_name": "main",
-                "cat": "cpu_op",
-                "name": op_name,
-                "start_ns": o["start_ns"],
-                "end_ns": o["end_ns"],
-                "kind": "compute",
-            }
+            _on_main(
+                o["rank"],
+                "user_annotation",
+                "gloo:send",
+                o["end_ns"] - 50_000,
+                o["end_ns"] + 60_000,
+                "communication",
+                op="send",
+                bytes=4 * 1024 * 1024,
+                peer=(o["rank"] + 1) % p,
+            )
         )
-        events.append(
-            {
-                "rank": o["rank"],
-                "device": "cpu",
-                "pid": "1",
-                "tid": "1",
-                "thread_name": "main",
-                "cat": "user_annotation",
-                "name": "gloo:send",
-                "start_ns": o["end_ns"] - 50_000,
-                "end_ns": o["end_ns"] + 60_000,
-                "kind": "communication",
-                "op": "send",
-                "bytes": 4 * 1024 * 1024,
-                "peer": (o["rank"] + 1) % p,
-            }
-        )
-    events.append(
-        {
-            "rank": 0,
-            "device": "cpu",
-            "pid": "1",
-            "tid": "1",
-            "thread_name": "main",
-            "cat": "cpu_op",
-            "name": XSS,
-            "start_ns": T0 + 10,
-            "end_ns": T0 + 20_000,
-            "kind": "compute",
-        }
-    )
-    events.append(
-        {
-            "rank": 0,
-            "device": "cpu",
-            "pid": "1",
-            "tid": "1",
-            "thread_name": "main",
-            "cat": "user_annotation",
-            "name": "ProfilerStep#1",
-            "start_ns": lo,
-            "end_ns": hi,
-            "kind": "annotation",
-        }
-    )
+    events.append(_on_main(0, "cpu_op", XSS, T0 + 10, T0 + 20_000, "compute"))
+    events.append(_on_main(0, "user_annotation", "ProfilerStep#1", lo, hi, "annotation"))
     tl = _timeline_from(states, lo, hi, list(range(p)))
     ranks = []
     for r in range(p):
@@ -403,7 +381,7 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
     return Analysis(
         path=Path(name),
         summary=summary,
-        events=_events(events),
+        events=event_frame(events),
         ranks=pl.DataFrame(ranks),
         timeline=tl,
         collectives=pl.DataFrame(),
@@ -450,7 +428,7 @@ def big_timeline(
         .otherwise(pl.lit(1 << 20, pl.Int64))
         .alias("bytes"),
     )
-    ev = pl.concat([_events([]), ev], how="diagonal_relaxed").select(list(EVENT_SCHEMA))
+    ev = pl.concat([event_frame([]), ev], how="diagonal_relaxed").select(list(EVENT_SCHEMA))
     busy = ev.select(
         "rank",
         "start_ns",
