@@ -15,7 +15,7 @@ import pytest
 from conftest import HTA, run_cli, spy_parses
 
 from tracekit.analyze import analyze
-from tracekit.ingest.kineto import peek_distributed_info, peek_rank
+from tracekit.ingest.kineto_info import peek_distributed_info, peek_rank
 from tracekit.ingest.selection import select, spread
 
 SOURCE = HTA / "trace_filter" / "sampled_rank-0.json.gz"

@@ -16,9 +16,9 @@ import numpy as np
 import polars as pl
 
 from builders.traces import XSS
-from tracekit import figures as F
 from tracekit.analyze import Analysis
 from tracekit.events import EVENT_SCHEMA
+from tracekit.figures.style import STATES
 
 T0 = 1_700_000_000_000_000_000
 
@@ -209,7 +209,7 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
         t = tl.filter(pl.col("rank") == r).with_columns(
             (pl.col("end_ns") - pl.col("start_ns")).alias("d")
         )
-        tot = {s: float(t.filter(pl.col("state") == s)["d"].sum()) * 1e-9 for s in F.STATES}
+        tot = {s: float(t.filter(pl.col("state") == s)["d"].sum()) * 1e-9 for s in STATES}
         ranks.append(
             {
                 "rank": r,

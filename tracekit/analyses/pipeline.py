@@ -689,9 +689,11 @@ def analyse(inp: Inputs) -> tuple[dict | None, dict[str, pl.DataFrame], list[str
     if schedule in ("gpipe", "1f1b"):
         theory_value = theory.pipeline_bubble_fraction(p, m)
     elif schedule == "interleaved":
-        theory_value = (p - 1) / (v * m + p - 1)
+        theory_value = theory.pipeline_bubble_fraction(p, m, v)
     megatron = (
-        ((p - 1) / m / (v if schedule == "interleaved" else 1)) if schedule != "pipedream" else None
+        theory.megatron_bubble_ratio(p, m, v if schedule == "interleaved" else 1)
+        if schedule != "pipedream"
+        else None
     )
     replay_value, replay_frame = None, pl.DataFrame(schema=REPLAY_SCHEMA)
     if not complete:
