@@ -139,9 +139,7 @@ def traffic(inp: SectionInput) -> SectionResult:
     backend = "gloo"
     ring = None
     if inp.job.nccl is not None:  # ring 0 of the communicator of the whole world
-        from tracekit.ingest.nccl_log import ring_order
-
-        ring = ring_order(inp.job.nccl.log, _world_size(inp))
+        ring = inp.job.nccl.ring_of(_world_size(inp))
     calls, warnings = model_calls(matching.calls_frame(table), backend, ring)
     if calls.height == 0:
         return SectionResult(None, {}, warnings)

@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.ingest.kineto import TraceInfo
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # kineto imports this module to choose among the files it parsed
+    from tracekit.ingest.kineto import TraceInfo
     from tracekit.ingest.run_record import RunRecord
 
-Parsed = tuple[TraceInfo, pl.DataFrame]
+Parsed = tuple["TraceInfo", pl.DataFrame]
 
 
 def _facts(info: TraceInfo, frame: pl.DataFrame) -> dict[str, Any]:

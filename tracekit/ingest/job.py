@@ -11,6 +11,7 @@ This module holds types only: importing it reads nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,9 @@ class NcclLogs:
     ring: list[int] | None
     """Ring 0's rank order of the largest communicator (nccl_log.ring_order); None when no
     complete ring 0 is in the logs."""
+    ring_of: Callable[[int], list[int] | None]
+    """Ring 0's rank order of the communicator of N ranks: nccl_log.ring_order bound to these
+    logs, so that whoever knows N asks without importing the parser."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ Source and the rank, so the per-file and per-rank parts can run wherever the fil
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ def read_nccl(path: Path) -> NcclLogs | None:
         log = read_nccl_logs(folder)
     except TracekitError:
         return None
-    return NcclLogs(log, rank_layout(log), ring_order(log))
+    return NcclLogs(log, rank_layout(log), ring_order(log), functools.partial(ring_order, log))
 
 
 def assemble(
@@ -201,7 +202,7 @@ def read_selected(
         keep = (
             set(selection.sampled)
             if selection.sampled is not None
-            else {i.rank for i in infos if i.rank in ranks}
+            else {i.rank for i in infos if ranks is not None and i.rank in ranks}
         )
         if any(i.rank not in keep for i in infos):
             infos = [i for i in infos if i.rank in keep]
