@@ -51,13 +51,14 @@ class Source:
     """Every trace file PATH names (tracekit.runfolder.find_trace_files)."""
     dumps: tuple[Path, ...]
     """Flight-recorder dumps: nccl/*.json, fr_rank*.json (tracekit.runfolder.flight_recorder_dumps)."""
+    dumps_of: dict[int, tuple[Path, ...]]
+    """rank -> the dumps whose file name names it (``fr_rank<R>.json``)."""
     memory_ranks: frozenset[int]
     """Ranks with a memory/rank<R>.json."""
 
     def named_ranks(self) -> set[int]:
         """Ranks that have a file of their own besides the trace: a memory count or a dump."""
-        named = (runfolder.rank_from_filename(p.name) for p in self.dumps)
-        return set(self.memory_ranks) | {r for r in named if r is not None}
+        return set(self.memory_ranks) | set(self.dumps_of)
 
 
 def locate(path: str | Path) -> Source:
@@ -75,12 +76,19 @@ def locate(path: str | Path) -> Source:
         )
     if not found:
         raise TracekitError("no Kineto trace files (*.json, *.json.gz) found", path)
+    dumps = tuple(runfolder.flight_recorder_dumps(path))
+    dumps_of: dict[int, list[Path]] = {}
+    for dump in dumps:
+        rank = runfolder.rank_from_filename(dump.name)
+        if rank is not None:
+            dumps_of.setdefault(rank, []).append(dump)
     return Source(
         path=path,
         folder=folder,
         run=run,
         traces=tuple(found),
-        dumps=tuple(runfolder.flight_recorder_dumps(path)),
+        dumps=dumps,
+        dumps_of={r: tuple(d) for r, d in dumps_of.items()},
         memory_ranks=frozenset(runfolder.memory_ranks(path) if folder else ()),
     )
 
@@ -102,10 +110,7 @@ def load_rank(source: Source, rank: int) -> RankPiece:
     if source.folder and rank in source.memory_ranks:
         data = runfolder.load_json_if_present(runfolder.memory_path(source.path, rank))
         memory = MemoryCounts.from_json(data) if isinstance(data, dict) and data else None
-    dumps = tuple(
-        read_dump(p) for p in source.dumps if runfolder.rank_from_filename(p.name) == rank
-    )
-    return RankPiece(rank, memory, dumps)
+    return RankPiece(rank, memory, tuple(read_dump(p) for p in source.dumps_of.get(rank, ())))
 
 
 def read_nccl(path: Path) -> NcclLogs | None:
