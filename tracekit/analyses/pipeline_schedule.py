@@ -4,10 +4,10 @@
   ``Forward i`` labels: GPipe; ``PP:`` actions: 1F1B, interleaved when a rank holds several
   stages; weight versions: PipeDream; else GPipe when every stage ran all forwards of a step
   before its first backward, 1F1B otherwise).
-- bubble_fraction_theory: (p-1)/(m+p-1) of the step for GPipe and 1F1B (arXiv:1811.06965);
-  interleaved with v stages per rank (p-1)/(v m + p-1) (arXiv:2104.04473); None for PipeDream.
-  ``bubble_fraction_theory_megatron`` is Megatron's (p-1)/m: bubble time relative to the ideal
-  m (f+b), not a fraction of the step.
+- bubble_fraction_theory: tracekit.theory.pipeline_bubble_fraction, (p-1)/(m+p-1) of the step
+  for GPipe and 1F1B, (p-1)/(v m+p-1) interleaved with v stages per rank; None for PipeDream.
+  ``bubble_fraction_theory_megatron``: tracekit.theory.megatron_bubble_ratio, bubble time
+  relative to the ideal m (f+b), not a fraction of the step.
 - bubble_fraction_replay: the schedule replayed (tracekit.analyses.replay) with the measured F and
   B busy durations per (stage, microbatch) and free communication: what the schedule alone
   costs; measured minus replay is what communication and contention add. GPipe/1F1B: each step
@@ -108,9 +108,11 @@ def theory_fractions(
     if schedule in ("gpipe", "1f1b"):
         value = theory.pipeline_bubble_fraction(p, m)
     elif schedule == "interleaved":
-        value = (p - 1) / (v * m + p - 1)
+        value = theory.pipeline_bubble_fraction(p, m, v)
     megatron = (
-        ((p - 1) / m / (v if schedule == "interleaved" else 1)) if schedule != "pipedream" else None
+        theory.megatron_bubble_ratio(p, m, v if schedule == "interleaved" else 1)
+        if schedule != "pipedream"
+        else None
     )
     return value, megatron
 
