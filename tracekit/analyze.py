@@ -23,7 +23,7 @@ from tracekit import runfolder, timeline
 from tracekit.analyses.prepare import prepare
 from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.ingest.job import Job
-from tracekit.ingest.kineto import TraceInfo
+from tracekit.ingest.kineto_info import TraceInfo
 from tracekit.ingest.load import load
 
 #: summary.json's first sections, in the order schema 1 has always written them; the other

@@ -17,7 +17,7 @@ import polars as pl
 from tracekit.ingest.job import Job
 
 if TYPE_CHECKING:
-    from tracekit.ingest.kineto import TraceInfo
+    from tracekit.ingest.kineto_info import TraceInfo
     from tracekit.ingest.run_record import RunRecord
 
 #: a section's summary.json value: an object, a list of rows (``ranks``), or None (nothing for it)

@@ -34,8 +34,8 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 
-if TYPE_CHECKING:  # kineto imports this module to choose among the files it parsed
-    from tracekit.ingest.kineto import TraceInfo
+if TYPE_CHECKING:  # types only: analyses use ranges(), and must not import the readers
+    from tracekit.ingest.kineto_info import TraceInfo
     from tracekit.ingest.run_record import RunRecord
 
 Parsed = tuple["TraceInfo", pl.DataFrame]

@@ -22,7 +22,7 @@ from tracekit.ingest.run_record import MemoryCounts, RunRecord
 
 if TYPE_CHECKING:
     from tracekit.ingest.flight_recorder import FlightRecord
-    from tracekit.ingest.kineto import TraceInfo
+    from tracekit.ingest.kineto_info import TraceInfo
     from tracekit.ingest.nccl_log import NcclLog
     from tracekit.ingest.selection import Selection
 

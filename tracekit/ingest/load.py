@@ -31,7 +31,8 @@ from tracekit.events import empty_events
 from tracekit.ingest import foreign
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece
-from tracekit.ingest.kineto import TraceInfo, read_traces
+from tracekit.ingest.kineto import read_traces
+from tracekit.ingest.kineto_info import TraceInfo
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.ingest.selection import RankSet, Selection, select
 from tracekit.topology import node_of_ranks
