@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ def analyze(
     sample: int | None = None,
     cache: bool | None = None,
     cache_dir: Path | None = None,
+    scheduler: str | None = None,
 ) -> Analysis:
     """Analyse a run folder, a folder of Kineto traces, or one trace file.
 
@@ -79,9 +81,19 @@ def analyze(
 
     ``align_clocks``: None aligns rank clocks when the traces come from several hosts, True
     always, False never (offsets are reported in summary ``clock`` either way; tracekit.clock).
+
+    ``scheduler`` (default ``$TRACEKIT_SCHEDULER``): where the per-rank parse runs,
+    "threads", "processes" or a Dask scheduler address (tracekit.engines); the summary then
+    records it under ``engine``. None: tracekit chooses, and the summary has no ``engine``.
     """
+    from tracekit import engines
+
+    scheduler = engines.resolve(scheduler)
     # cache entries are written while the analysis runs, and are all on disk when it returns
-    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer:
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer,
+        engines.open_executor(scheduler, workers) if scheduler else nullcontext() as engine,
+    ):
         job = load(
             path,
             ranks_per_node=ranks_per_node,
@@ -91,9 +103,13 @@ def analyze(
             cache=cache,
             cache_dir=cache_dir,
             cache_writer=cache_writer,
+            executor=engine[0] if engine else None,
         )
         inp = prepare(job, align_clocks)
-        return assemble(inp, run_sections(inp))
+        result = assemble(inp, run_sections(inp))
+    if engine:
+        result.summary["engine"] = engine[1].as_dict()
+    return result
 
 
 def run_sections(inp: SectionInput) -> dict[str, SectionResult]:
