@@ -193,13 +193,19 @@ def read_selected(
     cache: bool | None = None,
     cache_dir: Path | None = None,
     cache_writer: Executor | None = None,
+    executor: Executor | None = None,
 ) -> tuple[list[TraceInfo], pl.DataFrame]:
     """The selected trace files, parsed (tracekit.ingest.kineto.read_traces: one task per file),
     with the ranks not asked for dropped (files that tell their rank only inside)."""
     files = selection.files
     infos, events = (
         read_traces(
-            files, workers=workers, cache=cache, cache_dir=cache_dir, cache_writer=cache_writer
+            files,
+            workers=workers,
+            cache=cache,
+            cache_dir=cache_dir,
+            cache_writer=cache_writer,
+            executor=executor,
         )
         if files
         else ([], empty_events())
@@ -230,12 +236,14 @@ def load(
     cache: bool | None = None,
     cache_dir: Path | None = None,
     cache_writer: Executor | None = None,
+    executor: Executor | None = None,
 ) -> Job:
     """Read everything the analysis needs from PATH (see the module docstring).
 
     ``ranks``/``sample``: read only those ranks' traces, or N spread over the job
-    (tracekit.ingest.selection). ``cache``, ``cache_dir``, ``cache_writer``, ``workers``: how
-    traces are parsed (tracekit.ingest.kineto.read_traces, tracekit.cache).
+    (tracekit.ingest.selection). ``cache``, ``cache_dir``, ``cache_writer``, ``workers``,
+    ``executor``: how traces are parsed (tracekit.ingest.kineto.read_traces; with ``executor``
+    the per-file parse runs there, tracekit.engines; tracekit.cache).
     ``ranks_per_node``: the topology, when nothing in the folder says it.
     """
     if cache:
@@ -253,6 +261,7 @@ def load(
         cache=cache,
         cache_dir=cache_dir,
         cache_writer=cache_writer,
+        executor=executor,
     )
     side = sorted({i.rank for i in infos} | source.named_ranks())
     return assemble(
