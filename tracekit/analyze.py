@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -135,8 +135,8 @@ def assemble(inp: SectionInput, results: Mapping[str, SectionResult]) -> Analysi
         "window": {
             "kind": "complete_steps" if kinds == ["complete_steps"] else "whole_trace",
             "steps": inp.steps,
-            "start_ns": int(windows["start_ns"].min()),
-            "end_ns": int(windows["end_ns"].max()),
+            "start_ns": int(cast(int, windows["start_ns"].min())),
+            "end_ns": int(cast(int, windows["end_ns"].max())),
             "per_rank": windows.drop("cutoff_ns").to_dicts(),
         },
         "topology": {

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import polars as pl
 
+# a polars dtype as schemas here write it: a class (pl.Int64) or an instance (pl.List(pl.Int64))
+DType = pl.DataType | type[pl.DataType]
+
 KINDS = ("compute", "communication", "memory", "sync", "annotation", "runtime", "other")
 
-EVENT_SCHEMA: dict[str, pl.DataType] = {
+EVENT_SCHEMA: dict[str, type[pl.DataType]] = {
     "rank": pl.Int32,
     "device": pl.Utf8,  # "cpu" | "gpu" (any accelerator's device timeline: CUDA, ROCm, MTIA)
     "pid": pl.Utf8,

@@ -122,4 +122,5 @@ def comm_parts(matched_spans: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     transfer = matched_spans.filter(pl.col("t1") > pl.col("t0")).select(
         "rank", pl.col("t0").alias("start_ns"), pl.col("t1").alias("end_ns")
     )
-    return pl.concat([transfer.cast(_EMPTY), blocked(matched_spans, ops).cast(_EMPTY)])
+    # polars#14468: cast() is typed to reject a dict[str, dtype] (it takes one at run time)
+    return pl.concat([transfer.cast(_EMPTY), blocked(matched_spans, ops).cast(_EMPTY)])  # type: ignore[arg-type]

@@ -179,7 +179,7 @@ def _run_json_problem(data: dict[str, Any]) -> str | None:
         if (
             not isinstance(row, dict)
             or not _is_int(row.get("rank"))
-            or row.get("rank") >= RANK_LIMIT
+            or row["rank"] >= RANK_LIMIT
             or not _is_int(row.get("node", 0))
         ):
             return f"topology entry {str(row)[:60]!r} lacks an integer rank and node"

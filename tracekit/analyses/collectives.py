@@ -193,7 +193,7 @@ def _pair(calls: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         "fr_out_bytes": pl.Int64,
         "fr_source": pl.Utf8,
     }
-    cols = {name: [] for name in schema}
+    cols: dict[str, list[Any]] = {name: [] for name in schema}
     src = {
         "call_op": "op",
         "call_bytes": "bytes",
@@ -316,8 +316,9 @@ def raw_collectives(
     cpu, warnings = cpu_collectives(events, group_sizes, sources)
     table = pl.concat(
         [
-            cpu.cast(COLLECTIVE_COLUMNS | groups.FR_COLUMNS),
-            gpu_collectives(events, group_sizes).cast(COLLECTIVE_COLUMNS),
+            # polars#14468: cast() is typed to reject a dict[str, dtype] (it takes one at run time)
+            cpu.cast(COLLECTIVE_COLUMNS | groups.FR_COLUMNS),  # type: ignore[arg-type]
+            gpu_collectives(events, group_sizes).cast(COLLECTIVE_COLUMNS),  # type: ignore[arg-type]
         ],
         how="diagonal",
     )

@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
 if TYPE_CHECKING:
+    from tracekit.events import DType
     from tracekit.ingest.flight_recorder import FlightRecord
     from tracekit.ingest.job import Job
 
@@ -61,7 +62,7 @@ FR_COLUMNS = {
     "fr_out_bytes": pl.Int64,
     "fr_source": pl.Utf8,
 }
-GROUP_COLUMNS = {
+GROUP_COLUMNS: dict[str, DType] = {
     "group": pl.Utf8,
     "group_desc": pl.Utf8,
     "group_ranks": pl.List(pl.Int64),
@@ -104,7 +105,7 @@ def _members(sources: GroupSources) -> dict[str, list[int]]:
     out: dict[str, set[int]] = {}
     for rec in sources.records:
         for name in rec.entries["pg_name"].drop_nulls().unique().to_list():
-            out.setdefault(name, set()).add(int(rec.rank))
+            out.setdefault(name, set()).add(int(cast(int, rec.rank)))
         for row in rec.groups.iter_rows(named=True):
             if row["pg_name"] and row["ranks"] and row["ranks_source"] == "pg_config":
                 out.setdefault(row["pg_name"], set()).update(int(r) for r in row["ranks"])
@@ -222,7 +223,7 @@ def attribute_calls(
     call's flight-recorder entry by the module docstring's rule. fr_source is "flight_recorder",
     "unmatched" (the rank has a dump that holds no entry for the call) or null (no dump)."""
     sources = sources or GroupSources()
-    records = {int(r.rank): r for r in sources.records}
+    records = {int(cast(int, r.rank)): r for r in sources.records}
     calls = calls.sort("rank", "start_ns")
     n = calls.height
     cols: dict[str, list] = {c: [None] * n for c in FR_COLUMNS}
@@ -346,10 +347,10 @@ def attribute(
             continue
         configs = [c for c in sources.pg_configs.get(rank, ()) if c.get("pg_name") is not None]
         if len(configs) == 1:
-            c = configs[0]
+            cfg = configs[0]
             one = {
-                "group": str(c["pg_name"]),
-                "group_desc": c.get("pg_desc"),
+                "group": str(cfg["pg_name"]),
+                "group_desc": cfg.get("pg_desc"),
                 "group_source": "pg_config",
             }
         elif configs:

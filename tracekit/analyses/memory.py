@@ -51,7 +51,9 @@ def _peak(peaks: dict[str, int]) -> tuple[int | None, str | None]:
         return None, None
     accel = {d: b for d, b in peaks.items() if d != "cpu"}
     device = (
-        max(accel, key=accel.get) if accel else ("cpu" if "cpu" in peaks else next(iter(peaks)))
+        max(accel, key=accel.__getitem__)
+        if accel
+        else ("cpu" if "cpu" in peaks else next(iter(peaks)))
     )
     return int(peaks[device]), device
 

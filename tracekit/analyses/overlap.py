@@ -44,6 +44,7 @@ has no all-gather or reduce-scatter.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 import polars as pl
@@ -235,7 +236,7 @@ def _attribute(events: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def compute_intervals(
-    segments: pl.DataFrame, events: pl.DataFrame, gpu_ranks: set[int] = frozenset()
+    segments: pl.DataFrame, events: pl.DataFrame, gpu_ranks: Set[int] = frozenset()
 ) -> pl.DataFrame:
     """Disjoint compute intervals per rank (rank, start_ns, end_ns): the timeline's compute and
     overlap segments, minus wait labels on CPU ranks (module docstring)."""
@@ -315,7 +316,7 @@ def overlap_units(
     events: pl.DataFrame,
     coll: pl.DataFrame,
     segments: pl.DataFrame,
-    gpu_ranks: set[int] = frozenset(),
+    gpu_ranks: Set[int] = frozenset(),
 ) -> pl.DataFrame:
     """One row per all-gather / reduce-scatter per rank: FRAME_SCHEMA columns."""
     rows = coll.filter(pl.col("op").is_in(OPS))

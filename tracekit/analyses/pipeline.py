@@ -18,6 +18,8 @@ microbatch, start_s, end_s).
 
 from __future__ import annotations
 
+from typing import cast
+
 import polars as pl
 
 from tracekit.analyses.pipeline_bubble import BUBBLES_SCHEMA, span_busy, step_bubbles, step_windows
@@ -33,7 +35,7 @@ from tracekit.analyses.pipeline_stage import recv_split, stage_rows
 from tracekit.analyses.section import SectionInput, SectionResult
 
 NS = 1e-9
-SOURCES = {
+SOURCES: dict[str | None, str] = {  # keyed by pipeline_ops' source (None: no ops)
     "tracekit": "tracekit labels (F|B|W:s<stage>:mb<m>)",
     "torch_gpipe": "torch.distributed.pipelining ScheduleGPipe (Forward i / Backward i)",
     "torch_actions": "torch.distributed.pipelining multi-stage schedule (PP:<stage><F|I|B|W><mb>)",
@@ -57,7 +59,9 @@ def pipeline(inp: SectionInput) -> SectionResult:
         m = microbatches(None, ops)
     stages = sorted(ops["stage"].unique().to_list())
     ranks = sorted(ops["rank"].unique().to_list())
-    stage_of_rank = {r: int(ops.filter(pl.col("rank") == r)["stage"].min()) for r in ranks}
+    stage_of_rank = {
+        r: int(cast(int, ops.filter(pl.col("rank") == r)["stage"].min())) for r in ranks
+    }
     p_devices = len(ranks)
     v = max(1, len(stages) // max(1, p_devices))
 
@@ -119,7 +123,8 @@ def pipeline(inp: SectionInput) -> SectionResult:
         "per_stage": per_stage,
     }
     frames = {
-        "pipeline_ops": ops.select(list(OPS_SCHEMA)).cast(OPS_SCHEMA).sort("rank", "start_ns"),
+        # polars#14468: cast() is typed to reject a dict[str, dtype] (it takes one at run time)
+        "pipeline_ops": ops.select(list(OPS_SCHEMA)).cast(OPS_SCHEMA).sort("rank", "start_ns"),  # type: ignore[arg-type]
         "bubbles": pl.DataFrame(bubble_rows, schema=BUBBLES_SCHEMA).sort("rank", "start_ns"),
         "pipeline_replay": replay_frame,
     }

@@ -16,6 +16,7 @@ its stages together. Frame ``bubbles`` (rank, stage, step, phase, start_ns, end_
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import cast
 
 import polars as pl
 
@@ -80,7 +81,8 @@ def span_busy(
     """(the profiled span of the pipeline ranks in ns, busy ns of each rank in it: its compute
     and its weight updates)."""
     wins = windows.filter(pl.col("rank").is_in(ranks))
-    span_lo, span_hi = int(wins["start_ns"].min()), int(wins["end_ns"].max())
+    span_lo = int(cast(int, wins["start_ns"].min()))
+    span_hi = int(cast(int, wins["end_ns"].max()))
     updates = events.filter(
         (pl.col("device") == "cpu")
         & (pl.col("kind") == "annotation")
@@ -98,7 +100,7 @@ def span_busy(
 
 
 def _clip(pieces: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
-    out = []
+    out: list[tuple[int, int]] = []
     for s, e in pieces:
         s, e = max(s, lo), min(e, hi)
         if e > s:

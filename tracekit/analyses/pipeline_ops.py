@@ -99,11 +99,11 @@ def _raw_ops(events: pl.DataFrame) -> pl.DataFrame:
     )
     if cand.height == 0:
         return pl.DataFrame()
-    parsed = {n: parse_op(n) for n in cand["name"].unique().to_list()}
+    parsed = {n: op for n in cand["name"].unique().to_list() if (op := parse_op(n)) is not None}
     rows = [
         {**parsed[n], "rank": r, "tid": t, "name": n, "start_ns": s, "end_ns": e}
         for r, t, n, s, e in cand.select("rank", "tid", "name", "start_ns", "end_ns").iter_rows()
-        if parsed.get(n) is not None
+        if n in parsed
     ]
     if not rows:
         return pl.DataFrame()
@@ -292,7 +292,8 @@ def pipeline_ops(
         return pl.DataFrame(schema=OPS_SCHEMA), {}, None
     raw = _compute_extent(raw, events)
     holes, _ = blocking_comm(events)
-    rows, pieces_by_rank = [], defaultdict(list)
+    rows: list[dict[str, Any]] = []
+    pieces_by_rank: defaultdict[int, list[tuple[int, int]]] = defaultdict(list)
     for op in raw.iter_rows(named=True):
         h = holes.get(op["rank"], [])
         pieces = (

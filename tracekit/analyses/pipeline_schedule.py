@@ -21,6 +21,7 @@ Frame ``pipeline_replay`` (stage, kind, microbatch, start_s, end_s).
 from __future__ import annotations
 
 import statistics
+from typing import cast
 
 import polars as pl
 
@@ -49,7 +50,7 @@ def schedule_of(run: RunRecord | None, ops: pl.DataFrame, source: str | None) ->
         return "gpipe"
     if source == "torch_actions":
         per_rank = ops.group_by("rank").agg(pl.col("stage").n_unique().alias("n"))
-        return "interleaved" if per_rank["n"].max() > 1 else "1f1b"
+        return "interleaved" if cast(int, per_rank["n"].max()) > 1 else "1f1b"
     if ops["version"].drop_nulls().len():
         return "pipedream"
     # all forwards of a step before its first backward, on every stage: GPipe; else 1F1B
@@ -65,7 +66,7 @@ def microbatches(run: RunRecord | None, ops: pl.DataFrame) -> int:
     if run is not None and run.config.microbatches:
         return run.config.microbatches
     per = ops.filter(pl.col("kind") == "F").group_by("stage", "step").len()
-    return int(per["len"].max() or 1)
+    return int(cast("int | None", per["len"].max()) or 1)
 
 
 def _durations(ops: pl.DataFrame, p: int, m: int) -> tuple[list[list[float]], list[list[float]]]:
@@ -135,7 +136,7 @@ def replayed(
             (pl.col("step") * m + pl.col("microbatch")).alias("microbatch"),
             pl.col("start").alias("start_s"),
             pl.col("end").alias("end_s"),
-        ).cast(REPLAY_SCHEMA)
+        ).cast(REPLAY_SCHEMA)  # type: ignore[arg-type]  # polars#14468: cast() rejects a dict[str, dtype]
     elif schedule in ("gpipe", "1f1b"):
         # each step replayed with its own measured durations; the replays laid back to back
         idle = total = offset = 0.0
@@ -153,7 +154,7 @@ def replayed(
                     "microbatch",
                     (pl.col("start") + offset).alias("start_s"),
                     (pl.col("end") + offset).alias("end_s"),
-                ).cast(REPLAY_SCHEMA)
+                ).cast(REPLAY_SCHEMA)  # type: ignore[arg-type]  # polars#14468
             )
             offset += res.makespan
         replay_value = idle / total if total else None

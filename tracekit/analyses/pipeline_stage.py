@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -35,7 +35,7 @@ def _pairs(ops: pl.DataFrame) -> list[tuple[int | None, int | None, int | None]]
             fs[mb].append((s, v))
         elif kind == "B":
             bs[mb].append((e, v))
-    out = []
+    out: list[tuple[int | None, int | None, int | None]] = []
     for mb in set(fs) | set(bs):
         f, b = fs.get(mb, []), bs.get(mb, [])
         lead = 0
@@ -155,7 +155,7 @@ def stage_rows(
     """summary ``pipeline.per_stage``: one row per pipeline rank, in stage order. ``per``: the
     rank's busy, window, fill, steady and drain ns (tracekit.analyses.pipeline_bubble);
     ``memory``: the ranks' memory/rank<R>.json counts (activations)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in sorted(stage_of_rank):
         mine = ops.filter(pl.col("rank") == r)
         by_stage = [
@@ -182,8 +182,8 @@ def stage_rows(
                 "activation_peak_bytes": mem.activation_peak_bytes,
                 "activation_bytes_per_microbatch": mem.activation_bytes_per_microbatch,
                 "weight_versions": max((x[1] for x in by_stage if x[1] is not None), default=None),
-                "staleness_max": int(stale.max()) if stale.len() else None,
-                "staleness_mean": float(stale.mean()) if stale.len() else None,
+                "staleness_max": int(cast(int, stale.max())) if stale.len() else None,
+                "staleness_mean": float(cast(float, stale.mean())) if stale.len() else None,
                 "recv_s": rs.get("recv_s", 0.0),
                 "recv_wait_s": rs.get("recv_wait_s", 0.0),
                 "recv_transfer_s": rs.get("recv_transfer_s", 0.0),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -58,7 +58,9 @@ class SectionInput:
     @property
     def steps(self) -> int:
         """Complete steps in the window: the fewest over the ranks (0 without step markers)."""
-        return int(self.windows["steps"].min() or 0) if self.windows.height else 0
+        return (
+            int(cast("int | None", self.windows["steps"].min()) or 0) if self.windows.height else 0
+        )
 
 
 @dataclass(frozen=True)

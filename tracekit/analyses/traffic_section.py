@@ -17,7 +17,7 @@ dims), ``per_step`` (totals divided by the window's complete steps), ``calls``; 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -25,6 +25,9 @@ from tracekit.analyses import matching
 from tracekit.analyses.group_names import group_label
 from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.analyses.traffic import link_bytes, traffic_summary
+
+if TYPE_CHECKING:
+    from tracekit.events import DType
 
 # What each byte figure of summary.json ``traffic`` counts (docs/traffic.md).
 BYTES_COUNTED = {
@@ -45,7 +48,7 @@ LINKS_SCHEMA = {
     "src_node": pl.Int64,
     "dst_node": pl.Int64,
 }
-MODEL_SCHEMA = {
+MODEL_SCHEMA: dict[str, DType] = {
     "op": pl.Utf8,
     "bytes": pl.Int64,
     "ranks": pl.List(pl.Int64),
@@ -240,7 +243,7 @@ def traffic(inp: SectionInput) -> SectionResult:
             (pl.col("link").first() == "intra").alias("intra"),
         )
         .select(list(LINKS_SCHEMA))
-        .cast(LINKS_SCHEMA)
+        .cast(LINKS_SCHEMA)  # type: ignore[arg-type]  # polars#14468: cast() rejects a dict[str, dtype]
         .sort("src", "dst")
     )
     return SectionResult(summary, {"traffic_links": frame}, warnings)

@@ -56,6 +56,7 @@ import polars as pl
 
 from tracekit import runfolder
 from tracekit.errors import TracekitError
+from tracekit.events import DType
 
 NOT_JSON = "flight-recorder dump is not JSON (pickled dumps are never loaded)"
 
@@ -135,7 +136,7 @@ _OP_NAMES = {
 }
 
 S, I, F, B = pl.Utf8, pl.Int64, pl.Float64, pl.Boolean
-ENTRY_SCHEMA = {
+ENTRY_SCHEMA: dict[str, DType] = {
     "rank": I,
     "pg_id": I,
     "pg_name": S,
@@ -161,7 +162,13 @@ ENTRY_SCHEMA = {
     "timeout_ms": I,
     "thread_name": S,
 }
-GROUP_SCHEMA = {"pg_name": S, "pg_desc": S, "pg_id": I, "ranks": pl.List(I), "ranks_source": S}
+GROUP_SCHEMA: dict[str, DType] = {
+    "pg_name": S,
+    "pg_desc": S,
+    "pg_id": I,
+    "ranks": pl.List(I),
+    "ranks_source": S,
+}
 
 
 class _Entry(msgspec.Struct):

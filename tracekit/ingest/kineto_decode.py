@@ -27,6 +27,7 @@ import msgspec
 import polars as pl
 
 from tracekit.errors import TracekitError
+from tracekit.events import DType
 
 try:
     from tracekit.ingest import _kscan
@@ -36,7 +37,6 @@ except ImportError:  # built without a C compiler: the msgspec path reads everyt
 
 JsonBytes = bytes | bytearray  # a trace's JSON (bytearray: gunzipped)
 RawArgs = bytes | bytearray | msgspec.Raw  # one event's args JSON, as either decoding path keeps it
-DType = pl.DataType | type[pl.DataType]
 
 _NO_RAW = msgspec.Raw(b"")
 
