@@ -32,8 +32,7 @@ from conftest import ROOT, SAMPLES, run_cli
 
 from tracekit.engines import EngineInfo, open_executor
 from tracekit.errors import TracekitError
-from tracekit.ingest.kineto import read_trace
-from tracekit.rank_task import parse_ranks
+from tracekit.ingest.kineto import parse_ranks, read_trace
 from tracekit.summary import encode, from_json
 
 try:

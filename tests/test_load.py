@@ -22,7 +22,7 @@ from tracekit.ingest.load import load, load_rank, locate, read_selected
 from tracekit.ingest.nccl_log import rank_layout, read_nccl_logs, ring_order
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.ingest.selection import select
-from tracekit.topology import node_of_ranks
+from tracekit.ingest.topology import node_of_ranks
 
 GPU = ROOT / "tests" / "data" / "gpu"
 

@@ -7,7 +7,7 @@ full all_reduce, binomial broadcast, all_to_all pairs; NCCL's algorithm from the
 (``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` -> RING; TREE for all_reduce; NVLS, COLLNET and PAT
 are modelled as the ring, with a warning) and, for calls over the whole world, ring 0's order
 from the run's NCCL logs (<run>/nccl/*.log, read by tracekit.ingest.load) when present; p2p on its one link. Links are
-intra-node when both ends share a node (tracekit.topology).
+intra-node when both ends share a node (tracekit.ingest.topology).
 
 Added to traffic_summary's keys: ``by_group`` per (group, op) named by process group with its
 ranks and parallel dimension, ``by_dim`` (bytes per parallel dimension, when run.json names the

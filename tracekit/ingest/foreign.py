@@ -20,7 +20,7 @@ skewed (tracekit/clock.py aligns them).
 
 :func:`coverage_warnings` says, one line per missing thing across all files, what the traces
 lack (distributedInfo, ProfilerStep markers, record_param_comms, host_name) and what was done
-instead: tracekit never guesses silently. (When no trace has host_name, tracekit.topology's
+instead: tracekit never guesses silently. (When no trace has host_name, tracekit.ingest.topology's
 "topology unknown" warning is that line.)
 """
 
@@ -260,7 +260,7 @@ def coverage_warnings(
             )
         )
     # host_name matters only to place several ranks on nodes; when no trace has it, the
-    # topology warning (tracekit.topology) is that one line
+    # topology warning (tracekit.ingest.topology) is that one line
     no_host = [i for i in infos if not i.host_name]
     if total > 1 and 0 < len(no_host) < total and not (run and run.nodes):
         out.append(

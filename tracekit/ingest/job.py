@@ -71,7 +71,7 @@ class NcclLogs:
 
 @dataclass(frozen=True)
 class Topology:
-    """Which node each traced rank ran on (tracekit.topology.node_of_ranks)."""
+    """Which node each traced rank ran on (tracekit.ingest.topology.node_of_ranks)."""
 
     nodes: dict[int, int]
     """rank -> node, for every traced rank."""

@@ -10,6 +10,15 @@ idle CPUs or more and over 16 MiB of trace, in spawned worker processes (fork is
 polars' thread pool runs) whose frames come back as Arrow IPC bytes, metadata as JSON. It
 refuses a defaulted rank when given several files; several files of one rank go to
 tracekit.ingest.foreign (latest profiling cycle, or an error).
+
+Given an engine's Executor (tracekit.engines: threads, spawned processes or a Dask cluster),
+the per-rank task is :func:`parse_rank`: a top-level function of a path string, so that every
+engine can send it by reference, whose result is (TraceInfo, events frame) exactly as
+:func:`read_trace` returns it. Workers read the trace from the path they share with the driver;
+the frame comes back through the engine's own serialisation (Dask's, or the process pool's
+pickle of polars' IPC). No state lives between tasks, so a task a dead worker left unfinished can
+run again anywhere. :func:`parse_ranks` is the driver's side: results in path order, each rank's
+cache entry written in the driver, keyed by the file as it was before its task read it.
 """
 
 from __future__ import annotations
@@ -113,6 +122,33 @@ def _work(path: str, cache_dir: str | None = None, store: bool = False) -> tuple
         prefix = f"{err.path}: " if err.path else ""
         return "error", message.removeprefix(prefix).encode(), (err.path or "").encode()
     return "ok", encode_info(info), frame.write_ipc(None, compression="lz4").getvalue()
+
+
+def parse_rank(path: str) -> tuple[TraceInfo, pl.DataFrame]:
+    """Read one Kineto trace: (TraceInfo, events with EVENT_SCHEMA), as ``read_trace``."""
+    return read_trace(Path(path))
+
+
+def parse_ranks(
+    executor: Executor,
+    paths: Sequence[Path],
+    cache_dir: Path | None = None,
+    store: bool = False,
+    writer: Executor | None = None,
+) -> list[tuple[TraceInfo, pl.DataFrame]]:
+    """:func:`parse_rank` of every path through ``executor``, in the order of ``paths``.
+
+    ``store``: also write each rank's cache entry (by ``writer``, a one-thread executor its
+    owner waits for, else before returning).
+    """
+    keys = [trace_cache.key(Path(p)) for p in paths] if store else []
+    results = list(executor.map(parse_rank, [str(p) for p in paths]))
+    for p, want, (info, frame) in zip(paths, keys, results):
+        if writer is not None:
+            writer.submit(trace_cache.store, Path(p), info, frame, cache_dir, want)
+        else:
+            trace_cache.store(Path(p), info, frame, cache_dir, want)
+    return results
 
 
 def _cpus() -> int:
@@ -262,7 +298,7 @@ def read_traces(
     is given, else before returning.
 
     ``executor`` (tracekit.engines: threads, processes or a Dask cluster): run the per-rank
-    parse there (tracekit.rank_task) instead of choosing ``workers`` here.
+    parse there (:func:`parse_ranks`) instead of choosing ``workers`` here.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -275,8 +311,6 @@ def read_traces(
                 hits[p] = found
     todo = [p for p in paths if p not in hits]
     if todo and executor is not None:
-        from tracekit.rank_task import parse_ranks
-
         store = cache is True
         hits.update(zip(todo, parse_ranks(executor, todo, cache_dir, store, cache_writer)))
     elif todo:

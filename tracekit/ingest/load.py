@@ -35,7 +35,7 @@ from tracekit.ingest.kineto import read_traces
 from tracekit.ingest.kineto_info import TraceInfo
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.ingest.selection import RankSet, Selection, select
-from tracekit.topology import node_of_ranks
+from tracekit.ingest.topology import node_of_ranks
 
 
 @dataclass(frozen=True)

@@ -329,7 +329,7 @@ def rank_layout(log: NcclLog) -> dict[int, dict]:
     """rank -> {host, node, local_rank, source} for the world communicator (the one with most
     ranks), from every source of placement: INIT lines, nccl-tests rank headers, localRanks
     (tracekit.ingest.nccl_placement; source "init", "nccl-tests" or "localRanks"). The one
-    derivation of the layout: tracekit.topology.nccl_layout calls it."""
+    derivation of the layout: tracekit.ingest.load calls it."""
 
     return derive(log, _world(log))[0]
 
