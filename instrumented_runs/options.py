@@ -120,10 +120,14 @@ class RunOptions:
 class StrategyLike(Protocol):
     """What the checks need of a strategy (``registry.Strategy``)."""
 
-    name: str
-    uses: frozenset[str]
-    precisions: tuple[str, ...]
-    global_batch: int
+    @property
+    def name(self) -> str: ...
+    @property
+    def uses(self) -> frozenset[str]: ...
+    @property
+    def precisions(self) -> tuple[str, ...]: ...
+    @property
+    def global_batch(self) -> int: ...
 
 
 @functools.cache
@@ -238,11 +242,11 @@ def rank_args(opts: RunOptions) -> list[str]:
 def name_phrases(config: Mapping[str, Any]) -> list[str]:
     """The options that set a run apart, each as a short phrase, from run.json ``config``:
     options some strategies take first, then the others, in declaration order."""
-    found = [(f, how) for f, how, _ in declared() if how.phrase is not None]
-    found.sort(key=lambda fh: not fh[1].optional)
+    found = [(f, how.phrase, how.optional) for f, how, _ in declared() if how.phrase is not None]
+    found.sort(key=lambda item: not item[2])
     out = []
-    for f, how in found:
+    for f, phrase, _ in found:
         value = config.get(f.name)
         if value is not None and value != f.default:
-            out.append(how.phrase.format(value))
+            out.append(phrase.format(value))
     return out

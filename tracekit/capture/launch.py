@@ -193,7 +193,8 @@ def _run_agents(
     )
     print(f"tracekit: {opts.strategy} on {opts.nproc} ranks{where} -> {run}", file=log, flush=True)
     t0 = time.monotonic()
-    status, errors, output_lines = "ok", [], []
+    status, errors = "ok", []
+    output_lines: list[str] = []
     launch_info = {
         "emulate_network": opts.emulate_network,
         "inter_node_bandwidth": opts.inter_node_bandwidth,

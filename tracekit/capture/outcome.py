@@ -23,6 +23,7 @@ from tracekit.errors import TracekitError
 
 
 def logs_dir(run: Path) -> Path:
+    """``<run>/logs``: the launcher's log, each rank's output and error file."""
     return Path(run) / "logs"
 
 
