@@ -58,7 +58,7 @@ import torch.nn as nn
 from instrumented_runs import harness
 from instrumented_runs.data import rank_slice
 from instrumented_runs.model import GPT, GPTConfig, loss_fn
-from tracekit import capture, labels
+from tracekit import capture, labels, theory
 from tracekit.labels import region
 
 SEND_WAIT = "sends"  # comm:wait:sends, the flush's wait for outstanding isends
@@ -368,7 +368,9 @@ def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]
         microbatches=m,
         microbatch_size=mb_shape[0],
         stage_layers=[list(stage_layers(cfg.n_layers, p, s)) for s in range(p)],
-        bubble_fraction_theory=(p - 1) / (m + p - 1) if schedule != "pipedream" else None,
+        bubble_fraction_theory=theory.pipeline_bubble_fraction(p, m)
+        if schedule != "pipedream"
+        else None,
     )
     return stage, runner, m
 

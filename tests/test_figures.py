@@ -20,6 +20,8 @@ import pytest
 from tracekit import figures as F
 from tracekit.analyze import Analysis, analyze
 from tracekit.events import EVENT_SCHEMA
+from tracekit.figures.binning import MAX_BINS, MAX_CELLS, bin_states
+from tracekit.figures.style import STATE_LABELS, STATES
 
 HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
 XSS = "<img src=x onerror=alert(1)>"
@@ -236,7 +238,7 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
         t = tl.filter(pl.col("rank") == r).with_columns(
             (pl.col("end_ns") - pl.col("start_ns")).alias("d")
         )
-        tot = {s: float(t.filter(pl.col("state") == s)["d"].sum()) * 1e-9 for s in F.STATES}
+        tot = {s: float(t.filter(pl.col("state") == s)["d"].sum()) * 1e-9 for s in STATES}
         ranks.append(
             {
                 "rank": r,
@@ -592,15 +594,15 @@ def test_real_trace_figures(real):
     heat = tl.data[0]
     assert heat.type == "heatmap"
     z = np.asarray(heat.z)
-    assert z.shape == (2, tl.layout.meta["bins"]) and tl.layout.meta["bins"] <= F.MAX_BINS
-    assert np.nanmax(z) < len(F.STATES)
+    assert z.shape == (2, tl.layout.meta["bins"]) and tl.layout.meta["bins"] <= MAX_BINS
+    assert np.nanmax(z) < len(STATES)
     # share columns of each cell sum to ~100 %
     cd = np.asarray(heat.customdata, dtype=float)
     full = cd[:, 5:-5, :5].sum(axis=2)
     assert np.all((full > 95) & (full < 105))
     detail = F.timeline_detail(real.timeline, 0.1, 0.12, events=real.events)
     assert detail.layout.meta["mode"] == "detail"
-    bars = [t for t in detail.data if t.type == "bar" and t.name in F.STATE_LABELS.values()]
+    bars = [t for t in detail.data if t.type == "bar" and t.name in STATE_LABELS.values()]
     assert sum(len(t.x) for t in bars) == detail.layout.meta["bars"] > 0
     ev = [t for t in detail.data if (t.name or "").startswith("events:")]
     assert ev and all("µs" in h for t in ev for h in t.hovertext)
@@ -609,11 +611,11 @@ def test_real_trace_figures(real):
 def test_heatmap_bins_are_capped():
     ev, tl = big_timeline(8, 50_000)
     fig = F.timeline_overview(tl, bins=10_000)
-    assert fig.layout.meta["bins"] == F.MAX_BINS
-    assert np.asarray(fig.data[0].z).shape == (8, F.MAX_BINS)
+    assert fig.layout.meta["bins"] == MAX_BINS
+    assert np.asarray(fig.data[0].z).shape == (8, MAX_BINS)
     ev, tl = big_timeline(64, 64_000)
     fig = F.timeline_overview(tl)
-    assert fig.layout.meta["bins"] * 64 <= F.MAX_CELLS
+    assert fig.layout.meta["bins"] * 64 <= MAX_CELLS
 
 
 def test_bins_split_spans_exactly():
@@ -625,7 +627,7 @@ def test_bins_split_spans_exactly():
             "state": ["compute", "idle", "comm"],
         }
     )
-    ns = F.bin_states(tl, [0, 1], 0, 1000, 4)
+    ns = bin_states(tl, [0, 1], 0, 1000, 4)
     assert ns[0, :, 0].tolist() == [250, 0, 0, 0]
     assert ns[0, :, 4].tolist() == [0, 250, 250, 250]
     assert ns[1, :, 2].tolist() == [250] * 4

@@ -1,6 +1,9 @@
 """Closed forms from the papers, beside which measurements are shown (docs/metrics.md "Theory").
 
-Psi = parameter count, N (or n) = data-parallel degree, p = pipeline stages, m = microbatches.
+The only place these formulas are written: analyses, runs and figures call them, and the
+summary's fields name them (tracekit.summary, ``M(..., theory=...)``).
+Psi = parameter count, N (or n) = data-parallel degree, p = pipeline stages, m = microbatches,
+v = virtual stages per rank (interleaved schedules).
 """
 
 from __future__ import annotations
@@ -21,20 +24,13 @@ _FORMULA = {
         "zero3": "16Psi/N",
     },
 }
-_STRATEGY_FAMILY = {
-    "dp": "dp",
-    "zero1": "zero1",
-    "zero2": "zero2",
-    "zero3": "zero3",
-    "fsdp": "zero3",
-}
 
 
-def model_states_bytes(strategy: str, precision: str, psi: int, n: int) -> dict | None:
-    """{model_states_bytes, formula} per rank, or None when the paper gives no formula for it."""
-    family = _STRATEGY_FAMILY.get(strategy)
+def model_states_bytes(family: str, precision: str, psi: int, n: int) -> dict | None:
+    """{model_states_bytes, formula} per rank for a formula family (dp, zero1, zero2, zero3; which
+    strategy follows which: ``theory`` in instrumented_runs.registry), or None without one."""
     table = _MODEL_STATES.get(precision)
-    if family is None or table is None or psi <= 0 or n <= 0:
+    if table is None or family not in table or psi <= 0 or n <= 0:
         return None
     replicated, sharded = table[family]
     return {
@@ -43,9 +39,27 @@ def model_states_bytes(strategy: str, precision: str, psi: int, n: int) -> dict 
     }
 
 
-def pipeline_bubble_fraction(p: int, m: int) -> float:
-    """GPipe / 1F1B bubble as a fraction of the step: (p-1)/(m+p-1) (arXiv:1811.06965)."""
-    return (p - 1) / (m + p - 1)
+def pipeline_bubble_fraction(p: int, m: int, v: int = 1) -> float:
+    """Bubble as a fraction of the step: GPipe / 1F1B (p-1)/(m+p-1) (arXiv:1811.06965);
+    interleaved with v stages per rank (p-1)/(v m+p-1) (Megatron, arXiv:2104.04473)."""
+    return (p - 1) / (v * m + p - 1)
+
+
+def megatron_bubble_ratio(p: int, m: int, v: int = 1) -> float:
+    """Bubble time relative to the ideal time m(f+b): (p-1)/m; interleaved (p-1)/(v m)
+    (Megatron, arXiv:2104.04473)."""
+    return (p - 1) / m / v
+
+
+def inflight_microbatches(schedule: str, p: int, r: int, m: int) -> int:
+    """Forwards started whose backward has not ended, at stage r: GPipe m; 1F1B and PipeDream
+    min(p-r, m) (warm-up p-r-1 forwards; arXiv:2006.09503, arXiv:1806.03377)."""
+    return m if schedule == "gpipe" else min(p - r, m)
+
+
+def pipedream_weight_versions(p: int, s: int) -> int:
+    """Weight versions PipeDream keeps at stage s: p-s (arXiv:1806.03377)."""
+    return p - s
 
 
 def ring_volume_per_rank(psi_bytes: int, n: int, stage: str = "dp") -> float:

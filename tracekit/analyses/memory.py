@@ -31,6 +31,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from instrumented_runs import registry
 from tracekit import runfolder, theory
 
 STATE_KEYS = (
@@ -40,8 +41,6 @@ STATE_KEYS = (
     "model_states_bytes",
     "activation_peak_bytes",
 )
-# strategies whose model states follow another's formula (HSDP: ZeRO-3 inside its shard group)
-THEORY_AS = {"hsdp": "zero3"}
 
 
 def _peak(peaks: dict[str, int]) -> tuple[int | None, str | None]:
@@ -79,7 +78,8 @@ def theory_for(run: dict[str, Any] | None) -> dict[str, Any] | None:
     strategy = str(run.get("strategy"))
     precision = str(run.get("precision") or cfg.get("precision") or "fp32")
     n = sharding_degree(run)
-    value = theory.model_states_bytes(THEORY_AS.get(strategy, strategy), precision, psi, n)
+    family = registry.theory_of(strategy)  # e.g. fsdp, hsdp (ZeRO-3 inside a node) -> zero3
+    value = None if family is None else theory.model_states_bytes(family, precision, psi, n)
     return None if value is None else {**value, "psi": psi, "n": n, "precision": precision}
 
 

@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from instrumented_runs import registry
 from tracekit import labels, runfolder, theory
 from tracekit.analyses.replay import replay
 
@@ -99,7 +100,6 @@ REPLAY_SCHEMA = {
     "end_s": pl.Float64,
 }
 
-STRATEGY_SCHEDULES = {"pp-gpipe": "gpipe", "pp-1f1b": "1f1b", "pp-pipedream": "pipedream"}
 CANDIDATE = r"^(?:[FBW]:s\d+:mb\d+(?::v\d+)?(?::st\d+)?|Forward \d+|Backward \d+|PP:\d+[FIBW]\d+)$"
 _TORCH_GPIPE = re.compile(r"^(Forward|Backward) (\d+)$")
 _TORCH_ACTION = re.compile(r"^PP:(\d+)([FIBW])(\d+)$")
@@ -530,9 +530,9 @@ def recv_split(
 
 
 def _schedule(run: dict | None, ops: pl.DataFrame, source: str) -> str | None:
-    strategy = (run or {}).get("strategy")
-    if strategy in STRATEGY_SCHEDULES:
-        return STRATEGY_SCHEDULES[strategy]
+    declared = registry.schedule_of((run or {}).get("strategy"))  # our pipelines say theirs
+    if declared is not None:
+        return declared
     if source == "torch_gpipe":
         return "gpipe"
     if source == "torch_actions":
@@ -689,9 +689,11 @@ def analyse(inp: Inputs) -> tuple[dict | None, dict[str, pl.DataFrame], list[str
     if schedule in ("gpipe", "1f1b"):
         theory_value = theory.pipeline_bubble_fraction(p, m)
     elif schedule == "interleaved":
-        theory_value = (p - 1) / (v * m + p - 1)
+        theory_value = theory.pipeline_bubble_fraction(p, m, v)
     megatron = (
-        ((p - 1) / m / (v if schedule == "interleaved" else 1)) if schedule != "pipedream" else None
+        theory.megatron_bubble_ratio(p, m, v if schedule == "interleaved" else 1)
+        if schedule != "pipedream"
+        else None
     )
     replay_value, replay_frame = None, pl.DataFrame(schema=REPLAY_SCHEMA)
     if not complete:

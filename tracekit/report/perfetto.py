@@ -27,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import outputs
-from tracekit.figures import frame
+from tracekit.figures.read import frame
 
 TRACKS = ("compute", "communication", "idle", "bubble")
 TRACK_TID = {name: 900_001 + i for i, name in enumerate(TRACKS)}

@@ -16,6 +16,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from tracekit.figures.style import BASE_LAYOUT
+
 DEFAULT_SWEEP = "100mbit:100gbit"
 NO_DATA = "this run has no matched collective or p2p calls to predict from"
 _COLORS = ("#4c78a8", "#e45756", "#54a24b", "#b279a2", "#f58518", "#72b7b2")
@@ -87,8 +89,8 @@ def predict_curve(preds: Sequence[tuple[str, dict[str, Any]]]) -> go.Figure | No
         xaxis=dict(type="log", title="inter-node bandwidth (bit/s per node and direction)"),
         yaxis=dict(title="step time (s)", rangemode="tozero"),
         height=420,
-        margin=dict(l=70, r=20, t=60, b=50),
-        legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.01),
+        margin=BASE_LAYOUT["margin"],
+        legend=BASE_LAYOUT["legend"],
     )
     return fig
 
@@ -115,7 +117,8 @@ def sweep_for(analysis: Any) -> dict[str, Any] | None:
 
 
 def curve_for(analysis: Any) -> go.Figure | None:
-    """The one-run figure for FIGURES (the Dash traffic page, reports)."""
+    """The one-run figure (the Dash traffic page, reports): this run's sweep, the runs it was
+    compared with and their crossovers."""
     pred = sweep_for(analysis)
     if not pred:
         return None

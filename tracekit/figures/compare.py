@@ -1,0 +1,203 @@
+"""The comparison of runs: one row of numbers per run (:func:`compare_rows`, also the CLI's and
+the report's table) and the figures drawn from those rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from tracekit.figures.read import num, rank_rows, section, section_rows
+from tracekit.figures.style import (
+    MEMORY_PARTS,
+    STATE_COLORS,
+    STATE_LABELS,
+    bar,
+    byte_unit,
+    layout,
+    plain,
+)
+
+Run = tuple[str, dict]
+
+
+def _mean(values: list) -> float | None:
+    v = [float(x) for x in values if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+def _median(values: list) -> float | None:
+    v = sorted(float(x) for x in values if x is not None)
+    if not v:
+        return None
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def _max_known(values: Iterable[Any]) -> float | None:
+    known = [num(v) for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _mean_of(rows: list[dict], key: str) -> float | None:
+    return _mean([r.get(key) for r in rows])
+
+
+def _largest(rows: list[dict], key: str) -> float | None:
+    """The largest known value; null (shown "–") when no row knows it, never 0."""
+    return _max_known(r.get(key) for r in rows)
+
+
+def compare_rows(runs: Sequence[Run]) -> list[dict]:
+    """One row per run: the numbers the comparison shows (also the CLI's and Markdown's table)."""
+    out = []
+    for name, s in runs:
+        ranks = rank_rows(s)
+        mem = section_rows(s, "memory", "per_rank")
+        co = section(s, "collectives")
+        tr = section(s, "traffic")
+        out.append(
+            {
+                "run": name,
+                "strategy": section(s, "run").get("strategy"),
+                "ranks": len(ranks),
+                "step_time_s": _median([r.get("step_time_s") for r in ranks]),
+                "span_s": _mean_of(ranks, "span_s"),
+                "compute_s": _mean(
+                    [num(r.get("compute_s")) - num(r.get("overlap_s")) for r in ranks]
+                ),
+                "compute_total_s": _mean_of(ranks, "compute_s"),
+                "overlap_s": _mean_of(ranks, "overlap_s"),
+                "exposed_comm_s": _mean_of(ranks, "exposed_comm_s"),
+                "other_s": _mean_of(ranks, "other_s"),
+                "idle_s": _mean_of(ranks, "idle_s"),
+                "params_bytes": _largest(mem, "params_bytes"),
+                "grads_bytes": _largest(mem, "grads_bytes"),
+                "optimizer_bytes": _largest(mem, "optimizer_bytes"),
+                "model_states_bytes": _largest(mem, "model_states_bytes"),
+                "peak_bytes": _largest(mem, "peak_bytes"),
+                # payload S of every rank's row, summed over ranks (collectives rank_bytes)
+                "collective_bytes": co.get("bytes"),
+                # bytes on the wire, all links, whole window (traffic total_bytes)
+                "wire_bytes": tr.get("total_bytes"),
+                "ideal_bytes_per_rank": co.get("ideal_bytes_per_rank"),
+                "intra_node_bytes": tr.get("intra_node_bytes"),
+                "inter_node_bytes": tr.get("inter_node_bytes"),
+                "bubble_fraction": section(s, "pipeline").get("bubble_fraction"),
+                "allgather_hidden_fraction": section(s, "overlap").get("allgather_hidden_fraction"),
+            }
+        )
+    return out
+
+
+def compare_step_time(runs: Sequence[Run]) -> go.Figure | None:
+    rows = compare_rows(runs)
+    if not rows:
+        return None
+    x = [plain(r["run"]) for r in rows]
+    fig = go.Figure()
+    for key, name, color, short in (
+        ("step_time_s", "step time (median)", "#4c78a8", "step"),
+        ("span_s", "window span (mean of ranks)", "#9ecae1", "span"),
+    ):
+        fig.add_trace(bar(x, [r[key] for r in rows], name, color, short + " %{y:.6f} s"))
+    return layout(fig, "step time per run", barmode="group", yaxis_title="seconds")
+
+
+def compare_breakdown(runs: Sequence[Run]) -> go.Figure | None:
+    rows = compare_rows(runs)
+    if not rows:
+        return None
+    x = [plain(r["run"]) for r in rows]
+    fig = go.Figure()
+    for state, key in (
+        ("compute", "compute_s"),
+        ("overlap", "overlap_s"),
+        ("comm", "exposed_comm_s"),
+        ("other", "other_s"),
+        ("idle", "idle_s"),
+    ):
+        label = STATE_LABELS[state]
+        fig.add_trace(
+            bar(
+                x,
+                [100 * num(r[key]) / r["span_s"] if r["span_s"] else 0 for r in rows],
+                label,
+                STATE_COLORS[state],
+                label + ": %{y:.1f}% of the span",
+            )
+        )
+    return layout(
+        fig,
+        "where the time goes (mean over ranks, % of the window)",
+        barmode="stack",
+        yaxis_title="% of span",
+    )
+
+
+def compare_memory(runs: Sequence[Run]) -> go.Figure | None:
+    rows = compare_rows(runs)
+    if not any(r["model_states_bytes"] is not None for r in rows):
+        return None
+    peak = max(num(r["peak_bytes"]) + num(r["model_states_bytes"]) for r in rows)
+    div, unit = byte_unit(peak)
+    x = [plain(r["run"]) for r in rows]
+    fig = go.Figure()
+    for key, label, color in MEMORY_PARTS[:3]:
+        hover = label + " %{y:.3f} " + unit
+        fig.add_trace(bar(x, [num(r[key]) / div for r in rows], label, color, hover))
+    theory = []
+    for _, s in runs:
+        t = section(section(s, "memory"), "theory")
+        theory.append(
+            None if t.get("model_states_bytes") is None else num(t["model_states_bytes"]) / div
+        )
+    if any(t is not None for t in theory):
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=theory,
+                mode="markers",
+                name="theory: model states",
+                marker=dict(symbol="line-ew-open", size=30, color="#d62728", line=dict(width=3)),
+            )
+        )
+    return layout(
+        fig, "model states per rank (largest rank of each run)", barmode="stack", yaxis_title=unit
+    )
+
+
+def compare_bytes(runs: Sequence[Run]) -> go.Figure | None:
+    rows = compare_rows(runs)
+    if not rows:
+        return None
+    keys = (
+        ("collective_bytes", "payload bytes, summed over ranks", "#4c78a8"),
+        ("ideal_bytes_per_rank", "ideal bytes per rank (S x bus factor)", "#9ecae1"),
+        ("intra_node_bytes", "intra-node wire bytes", "#54a24b"),
+        ("inter_node_bytes", "inter-node wire bytes", "#e45756"),
+    )
+    peak = max([num(r[k]) for r in rows for k, _, _ in keys] + [1])
+    div, unit = byte_unit(peak)
+    x = [plain(r["run"]) for r in rows]
+    fig = go.Figure()
+    for key, label, color in keys:
+        if all(r[key] is None for r in rows):
+            continue
+        y = [None if r[key] is None else num(r[key]) / div for r in rows]
+        fig.add_trace(bar(x, y, label, color, label + " %{y:.3f} " + unit))
+    return layout(fig, "bytes communicated per run", barmode="group", yaxis_title=unit)
+
+
+COMPARE_FIGURES: dict[str, Callable[[Sequence[Run]], go.Figure | None]] = {
+    "compare_step_time": compare_step_time,
+    "compare_breakdown": compare_breakdown,
+    "compare_memory": compare_memory,
+    "compare_bytes": compare_bytes,
+}
+
+
+def compare_figures(runs: Sequence[Run]) -> dict[str, go.Figure | None]:
+    """Every comparison figure of RUNS ((name, summary) pairs) by name."""
+    return {name: fn(runs) for name, fn in COMPARE_FIGURES.items()}

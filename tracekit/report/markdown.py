@@ -1,0 +1,54 @@
+"""The Markdown report: every table of every run (and the comparison), no figures."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracekit.figures import NO_DATA
+from tracekit.figures.read import warnings
+from tracekit.report.tables import SECTIONS, Table, compare_table, rank_table, top_events
+
+if TYPE_CHECKING:
+    from tracekit.report.write import Progress
+
+
+def _md_cell(text: Any) -> str:
+    return html.escape(" ".join(str(text).split()), quote=False).replace("|", "\\|")
+
+
+def _md_table(t: Table) -> list[str]:
+    title, head, rows = t
+    lines = [f"**{_md_cell(title)}**", ""]
+    if not rows:
+        return lines + ["_no rows_", ""]
+    lines.append("| " + " | ".join(_md_cell(h) for h in head) + " |")
+    lines.append("|" + "|".join("---" for _ in head) + "|")
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def write_md(
+    analyses: Sequence[Any], names: Sequence[str], tmp: Path, progress: Progress | None
+) -> None:
+    lines = ["# tracekit report", ""]
+    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
+    if len(analyses) > 1:
+        lines += ["## comparison", ""] + _md_table(compare_table(summaries))
+    for name, a in zip(names, analyses):
+        s = a.summary
+        lines += [f"## {_md_cell(name)}", "", f"source: {_md_cell(a.path)}", ""]
+        for w in warnings(s):
+            lines.append(f"- warning: {_md_cell(w)}")
+        lines.append("")
+        lines += _md_table(rank_table(s))
+        for title, _figs, table_fn, nodata in SECTIONS[2:]:
+            if table_fn is None and nodata is None:
+                continue  # figures only (the prediction): nothing for a table format
+            lines += [f"### {_md_cell(title)}", ""]
+            t = table_fn(s) if table_fn else None
+            lines += _md_table(t) if t else [f"_{NO_DATA[nodata]}_", ""]
+        lines += _md_table(top_events(a.events))
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -1,0 +1,172 @@
+"""The HTML report: one self-contained, offline page of every run (and the comparison).
+
+plotly.js is embedded once (the first figure carries it, the others reference it), tables are
+escaped HTML. Trace strings are never concatenated into markup unescaped: cells go through
+``html.escape``, figure data through plotly's JSON (which writes ``<`` as ``\\u003c``). The PDF
+and PNG reports (tracekit.report.static) place the same figures as static images instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import plotly.graph_objects as go
+
+from tracekit.figures import NO_DATA, compare_figures, figures_for
+from tracekit.figures.predict import curve_for
+from tracekit.figures.read import section, warnings
+from tracekit.report.tables import SECTIONS, Table, compare_table, rank_table, top_events
+
+if TYPE_CHECKING:
+    from tracekit.report.write import Progress
+
+_CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 24px auto; max-width: 1200px;
+       color: #222; padding: 0 16px; }
+h1 { font-size: 24px; } h2 { font-size: 20px; border-bottom: 1px solid #ddd; padding-top: 12px; }
+h3 { font-size: 16px; margin-top: 22px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
+.caption { font-weight: 600; margin-top: 8px; } .nodata { color: #777; font-style: italic; }
+.warn { color: #8a5a00; } .src { color: #555; font-size: 13px; } .fig { margin: 8px 0; }
+.fig img { display: block; width: 100%; height: auto; }
+@media print { .fig, table { page-break-inside: avoid; } body { max-width: none; margin: 0; } }
+"""
+
+Figures = dict[str, go.Figure | None]
+
+
+def svg_uri(svg: bytes) -> str:
+    """An SVG image as a ``data:`` URI."""
+    return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
+
+
+def _html_table(t: Table) -> str:
+    title, head, rows = t
+    out = [f'<div class="caption">{html.escape(title)}</div>']
+    if not rows:
+        return out[0] + '<p class="nodata">no rows</p>'
+    out.append(
+        "<table><thead><tr>"
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+    )
+    for row in rows:
+        out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+class FigureSink:
+    """Turns figures into HTML: interactive (plotly.js embedded once) or static images."""
+
+    def __init__(self, images: dict[int, bytes] | None = None) -> None:
+        self.images = images
+        self.first = True
+
+    def __call__(self, fig: Any) -> str:
+        if self.images is not None:
+            return (
+                f'<div class="fig"><img alt="figure" src="{svg_uri(self.images[id(fig)])}"></div>'
+            )
+        import plotly.io as pio
+
+        height = fig.layout.height or 420
+        div = pio.to_html(
+            fig,
+            full_html=False,
+            include_plotlyjs=self.first,
+            default_height=f"{height}px",
+            config={"displaylogo": False, "responsive": True},
+        )
+        self.first = False
+        return f'<div class="fig">{div}</div>'
+
+
+def report_figures(analyses: Sequence[Any], names: Sequence[str]) -> tuple[Figures, list[Figures]]:
+    """The comparison's figures (several runs) and every run's, its prediction's included."""
+    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
+    compare = compare_figures(summaries) if len(analyses) > 1 else {}
+    per_run = [figures_for(a) for a in analyses]
+    for figs, a in zip(per_run, analyses):
+        figs["predict_curve"] = curve_for(a)  # tracekit predict's sweep, when it has one
+    return compare, per_run
+
+
+def _run_line(a: Any) -> str:
+    """Where the run comes from and what it ran."""
+    run = section(a.summary, "run")
+    desc = f"source: {a.path}"
+    if run:
+        desc += (
+            f" · strategy {run.get('strategy')} · {run.get('world_size')} ranks · {run.get('backend')}"
+            f" · {run.get('device')} · {run.get('precision')}"
+        )
+    win = section(a.summary, "window")
+    return desc + f" · window: {win.get('kind')}, {win.get('steps')} steps"
+
+
+def html_doc(
+    analyses: Sequence[Any],
+    names: Sequence[str],
+    figure_html: Callable[[Any], str],
+    compare: Figures,
+    per_run: list[Figures],
+    *,
+    tables: bool = True,
+) -> str:
+    """The report page; ``figure_html`` places each figure (interactive or as an image)."""
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>tracekit report: {html.escape(', '.join(names))}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>tracekit report</h1>",
+    ]
+    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
+    if len(analyses) > 1:
+        parts.append("<h2>comparison</h2>")
+        if tables:
+            parts.append(_html_table(compare_table(summaries)))
+        for fig in compare.values():
+            if fig is not None:
+                parts.append(figure_html(fig))
+    for name, a, figs in zip(names, analyses, per_run):
+        s = a.summary
+        parts.append(f"<h2>{html.escape(name)}</h2>")
+        parts.append(f'<p class="src">{html.escape(_run_line(a))}</p>')
+        if tables:
+            for w in warnings(s):
+                parts.append(f'<p class="warn">warning: {html.escape(str(w))}</p>')
+            parts.append(_html_table(rank_table(s)))
+        for title, fig_names, table_fn, nodata in SECTIONS:
+            present = [figs.get(k) for k in fig_names if figs.get(k) is not None]
+            if not present and nodata is None and table_fn is None:
+                continue  # an optional section (the prediction) this run has nothing for
+            parts.append(f"<h3>{html.escape(title)}</h3>")
+            if not present and nodata:
+                parts.append(f'<p class="nodata">{html.escape(NO_DATA[nodata])}</p>')
+                continue
+            for fig in present:
+                parts.append(figure_html(fig))
+            t = table_fn(s) if (table_fn and tables) else None
+            if t:
+                parts.append(_html_table(t))
+        if tables:
+            parts.append("<h3>events</h3>")
+            parts.append(_html_table(top_events(a.events)))
+    parts.append("<p class='src'>written by tracekit</p></body></html>")
+    return "\n".join(parts)
+
+
+def write_html(
+    analyses: Sequence[Any], names: Sequence[str], tmp: Path, progress: Progress | None
+) -> None:
+    compare, per_run = report_figures(analyses, names)
+    doc = html_doc(analyses, names, FigureSink(), compare, per_run)
+    tmp.write_text(doc, encoding="utf-8")
