@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, SAMPLES, torchrun
 
 from tracekit import theory
-from tracekit.analyses.pipeline import parse_op, pipeline_ops
+from tracekit.analyses.pipeline_ops import parse_op, pipeline_ops
 from tracekit.analyses.replay import replay
 from tracekit.analyze import analyze
 

@@ -78,7 +78,8 @@ def analyze_cmd(
     scheduler: str | None,
 ) -> None:
     """Analyse a run folder, a folder of Kineto traces, or one trace."""
-    from tracekit.analyze import analyze, check_out, default_out_dir, write_analysis
+    from tracekit.analysis_folder import check_out, default_out_dir, write_analysis
+    from tracekit.analyze import analyze
 
     t0 = time.perf_counter()
     target = out or default_out_dir(path)

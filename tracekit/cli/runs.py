@@ -93,7 +93,8 @@ def demo_cmd(out: Path, only: str | None) -> None:
     The terminal shows one progress line per run; the ranks' output goes to each run's logs/."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from tracekit.analyze import analyze, default_out_dir, write_analysis
+    from tracekit.analysis_folder import default_out_dir, write_analysis
+    from tracekit.analyze import analyze
     from tracekit.capture.launch import run_job
     from tracekit.report import write_report
     from tracekit.runfolder import load_run_json
