@@ -29,12 +29,17 @@ _TIEBREAK = (
 )
 
 
+def _config(run: object) -> Mapping[str, Any]:
+    """run.json's ``config``; {} when there is none."""
+    config = run.get("config") if isinstance(run, Mapping) else None
+    return config if isinstance(config, Mapping) else {}
+
+
 def display_name(run: Mapping[str, Any] | None, fallback: str = "?") -> str:
     """``strategy (option, option)`` from a run.json dict; ``fallback`` when there is none."""
     if not isinstance(run, Mapping) or not run.get("strategy"):
         return fallback
-    config = run.get("config") if isinstance(run.get("config"), Mapping) else {}
-    opts = name_phrases(config)
+    opts = name_phrases(_config(run))
     return f"{run['strategy']} ({', '.join(opts)})" if opts else str(run["strategy"])
 
 
@@ -60,10 +65,7 @@ def names_for(runs: Sequence[tuple[Path, Mapping[str, Any] | None]]) -> list[str
     then, if still the same, their folder name ("dp [dp-20261201-203929]"), then "#2", "#3"."""
     paths = [Path(p) for p, _ in runs]
     names = [display_name(r, _folder_name(p)) for p, r in zip(paths, (r for _, r in runs))]
-    configs = [
-        (r.get("config") if isinstance(r, Mapping) and isinstance(r.get("config"), Mapping) else {})
-        for _, r in runs
-    ]
+    configs = [_config(r) for _, r in runs]
     for name in set(names):
         group = [i for i, n in enumerate(names) if n == name]
         if len(group) < 2:

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from instrumented_runs import registry
 from instrumented_runs.options import RunOptions, backend_of, problem, rank_args
@@ -154,7 +154,7 @@ def _commands(
     ]
 
 
-def run_job(opts: RunOptions, log: TextIO = sys.stderr) -> Path:
+def run_job(opts: RunOptions, log: supervise.Sink = sys.stderr) -> Path:
     """Run one strategy job; return its run folder (run.json ``status`` tells how it went)."""
     spec = validate(opts)
 
@@ -183,7 +183,7 @@ def run_job(opts: RunOptions, log: TextIO = sys.stderr) -> Path:
 
 
 def _run_agents(
-    opts: RunOptions, spec: registry.Strategy, run: Path, net: Any, log: TextIO
+    opts: RunOptions, spec: registry.Strategy, run: Path, net: Any, log: supervise.Sink
 ) -> Path:
     logs = outcome.logs_dir(run)
     commands = _commands(opts, spec, run, net)

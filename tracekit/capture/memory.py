@@ -40,7 +40,9 @@ def count_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
         extent = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
         start = t.storage_offset() * size
         key = (str(t.device), t.untyped_storage().data_ptr())
-        spans.setdefault(key, []).append((start, start + extent * size))
+        spans.setdefault(key, []).append(
+            (int(start), int(start + extent * size))
+        )  # torch types them int | SymInt
     total = 0
     for ranges in spans.values():
         ranges.sort()

@@ -136,7 +136,7 @@ def _delete(names: list[str]) -> None:
 
 def sweep() -> list[str]:
     """Delete namespaces left by launchers that no longer run (e.g. killed with SIGKILL)."""
-    stale = [n for n in our_namespaces() if not _pid_alive(int(_NAME.match(n)[1]))]
+    stale = [n for n in our_namespaces() if (m := _NAME.match(n)) and not _pid_alive(int(m[1]))]
     if stale:
         _delete(stale)
     return stale

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,7 @@ def fallback_run_json(opts: RunOptions, run: Path, quick: bool = False) -> dict[
             torch_version: str | None = metadata.version("torch")
         except metadata.PackageNotFoundError:
             torch_version = None
-        versions = {
+        versions: Mapping[str, str | None] = {
             "python": platform.python_version(),
             "torch": torch_version,
             "tracekit": tracekit.__version__,

@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import functools
+import inspect
 import os
 import shutil
 import signal
@@ -118,7 +119,7 @@ class Profiler:
             raise ValueError("wait, warmup and repeat must be >= 0 and active >= 1")
         self.out_dir = Path(out_dir) if out_dir is not None else Path("runs")
         self.schedule = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat}
-        self.options = {
+        self.options: dict[str, Any] = {
             "record_shapes": record_shapes,
             "profile_memory": profile_memory,
             "with_stack": with_stack,
@@ -126,7 +127,8 @@ class Profiler:
         self._given_run_dir = None if run_dir is None else Path(run_dir)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.run_dir: Path | None = None
-        self.rank, self.world_size, self.backend = 0, 1, None
+        self.rank, self.world_size = 0, 1
+        self.backend: str | None = None
         self.warnings: list[str] = []
         self.steps = 0
         self.cycles = 0
@@ -151,7 +153,7 @@ class Profiler:
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
-        frame, level = sys._getframe(0), 1
+        frame, level = inspect.currentframe(), 1
         while frame is not None and frame.f_code.co_filename == __file__:  # point at user code
             frame, level = frame.f_back, level + 1
         _warnings.warn(message, ProfileWarning, stacklevel=level)
@@ -177,7 +179,7 @@ class Profiler:
                     "init_process_group before tracekit.profile)"
                 )
         self.run_dir = self._agree_on_run_dir(distributed)
-        everyone = [placement.describe_rank(self.rank)]
+        everyone: list[Any] = [placement.describe_rank(self.rank)]  # all ranks' once gathered
         if distributed:
             everyone = [None] * self.world_size
             dist.all_gather_object(everyone, placement.describe_rank(self.rank), group=self._group)
@@ -309,7 +311,7 @@ class Profiler:
         distributed = dist.is_available() and dist.is_initialized()
         if distributed:
             records.dump_flight_recorder(self.run_dir, self.rank)
-        self._copy_nccl_log()
+        self._copy_nccl_log(self.run_dir)
         mine = {
             "rank": self.rank,
             "trace": runfolder.trace_path(self.run_dir, self.rank).is_file(),
@@ -317,16 +319,16 @@ class Profiler:
             "cycles": self.cycles,
         }
         if error is not None:
-            self._record_error(error)
+            self._record_error(self.run_dir, error)
             return
-        everyone = [mine]
+        everyone: list[Any] = [mine]
         if sync and distributed:
             everyone = [None] * self.world_size
             dist.all_gather_object(everyone, mine, group=self._group)
         if self.rank == 0:
-            self._finish_run_json(everyone)
+            self._finish_run_json(self.run_dir, everyone)
 
-    def _record_error(self, error: BaseException) -> None:
+    def _record_error(self, run_dir: Path, error: BaseException) -> None:
         if isinstance(error, KeyboardInterrupt):
             kind = "interrupted"
         elif isinstance(error, SystemExit):
@@ -340,9 +342,9 @@ class Profiler:
             data["status"] = "failed"
             data.setdefault("errors", []).append(entry)
 
-        _update_run_json(self.run_dir, change)
+        _update_run_json(run_dir, change)
 
-    def _finish_run_json(self, everyone: list[dict[str, Any]]) -> None:
+    def _finish_run_json(self, run_dir: Path, everyone: list[dict[str, Any]]) -> None:
         notes = []
         need = self.steps_per_cycle
         if self.steps < need:
@@ -365,13 +367,13 @@ class Profiler:
             if data.get("status") == "running":
                 data["status"] = "ok"
 
-        _update_run_json(self.run_dir, change)
+        _update_run_json(run_dir, change)
 
-    def _copy_nccl_log(self) -> None:
+    def _copy_nccl_log(self, run_dir: Path) -> None:
         src = placement.nccl_log_path()
         if src is None or not Path(src).is_file():
             return
-        dst = runfolder.nccl_dir(self.run_dir) / Path(src).name
+        dst = runfolder.nccl_dir(run_dir) / Path(src).name
         if Path(src).resolve() == dst.resolve():
             return
         dst.parent.mkdir(parents=True, exist_ok=True)

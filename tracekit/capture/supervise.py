@@ -14,10 +14,18 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 KILL_GRACE_S = 5.0
 PEER_GRACE_S = 20.0  # emulated nodes: time the others get to exit after one node's agent failed
+
+
+class Sink(Protocol):
+    """Where the job's output is copied: a text stream, or anything that writes and flushes."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 class Terminated(KeyboardInterrupt):
@@ -121,7 +129,7 @@ def kill_job(proc: subprocess.Popen) -> list[dict[str, Any]]:
     ]
 
 
-def pump(stream: TextIO, sinks: list[TextIO], keep: list[str]) -> None:
+def pump(stream: TextIO, sinks: list[Sink], keep: list[str]) -> None:
     """Copy the job's output, line by line, to every sink and keep it for parsing."""
     for line in stream:
         keep.append(line)
@@ -152,7 +160,7 @@ def wait_all(procs: list[subprocess.Popen], timeout: float | None) -> None:
         time.sleep(0.1)
 
 
-def on_signals(handler: Any) -> dict[int, Any]:
+def on_signals(handler: Any) -> dict[signal.Signals, Any]:
     """Install ``handler`` for SIGTERM and SIGHUP, and Python's own for SIGINT (main thread
     only); the previous handlers.
 
