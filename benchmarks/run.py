@@ -62,7 +62,7 @@ def tracekit_workers(files: list[Path]) -> int:
 
 
 def clear_cache(folder: Path, out: Path) -> None:
-    from tracekit import cache
+    from tracekit.ingest import cache
 
     for f in folder.glob("*.json.gz"):
         cache.remove(f, out / "cache")

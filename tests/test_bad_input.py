@@ -43,7 +43,7 @@ def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
 
 def nothing_left(folder: Path, expected: set[str]) -> None:
     """Only the inputs: no analysis folder, no temporary (dot) files. (Complete events caches
-    beside a trace that parsed, tracekit.cache, are not half-written outputs.)"""
+    beside a trace that parsed, tracekit.ingest.cache, are not half-written outputs.)"""
     names = {p.name for p in folder.iterdir() if not p.name.endswith(".events.parquet")}
     assert names == expected
 

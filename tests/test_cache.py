@@ -1,4 +1,4 @@
-"""The columnar cache (tracekit.cache): parsed events as parquet, reused while a trace is unchanged.
+"""The columnar cache (tracekit.ingest.cache): parsed events as parquet, reused while a trace is unchanged.
 
 Real traces from tests/data/corpus/hta (trace_filter: two ranks of a real GPU job) and the committed
 DP sample run; the cache is checked against a fresh parse, never against itself.
@@ -17,8 +17,8 @@ import pytest
 from conftest import HTA, SAMPLES, run_cli, spy_parses
 from polars.testing import assert_frame_equal
 
-from tracekit import cache
 from tracekit.analyze import analyze
+from tracekit.ingest import cache
 from tracekit.ingest.kineto import read_traces
 
 TRACE_FILTER = sorted((HTA / "trace_filter").glob("*.json.gz"))

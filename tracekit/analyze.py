@@ -74,7 +74,7 @@ def analyze(
 
     ``sample``: a sampled overview, N ranks spread over the job (first and last included;
     tracekit.ingest.selection); the summary's ``sampling`` and a warning say which.
-    ``cache`` (tracekit.cache, the parsed events as parquet): None uses entries that match the
+    ``cache`` (tracekit.ingest.cache, the parsed events as parquet): None uses entries that match the
     traces as they are now (in ``cache_dir``, default the per-user cache folder, or beside them
     when their run wrote them) and writes none; True also writes one for every trace it parses,
     into ``cache_dir``; False neither reads nor writes.

@@ -151,7 +151,7 @@ def fallback_run_json(opts: RunOptions, run: Path, quick: bool = False) -> dict[
         import platform
         from importlib import metadata
 
-        import tracekit
+        from tracekit._version import __version__
 
         try:
             torch_version: str | None = metadata.version("torch")
@@ -160,7 +160,7 @@ def fallback_run_json(opts: RunOptions, run: Path, quick: bool = False) -> dict[
         versions: Mapping[str, str | None] = {
             "python": platform.python_version(),
             "torch": torch_version,
-            "tracekit": tracekit.__version__,
+            "tracekit": __version__,
         }
         environment = None
     else:

@@ -55,12 +55,12 @@ ENV_PREFIXES = ("NCCL_", "OMP_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "
 
 def versions() -> dict[str, str]:
     """run.json ``versions``: python, torch, tracekit."""
-    import tracekit
+    from tracekit._version import __version__
 
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "tracekit": tracekit.__version__,
+        "tracekit": __version__,
     }
 
 

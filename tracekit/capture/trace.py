@@ -40,7 +40,7 @@ EVENTS_PARQUET_ENV = "TRACEKIT_EVENTS_PARQUET"
 def write_events_parquet(trace: Path | str) -> Path | None:
     """Ingest at source: parse this rank's finished trace into ``<trace>.events.parquet`` beside it.
 
-    The file is tracekit's columnar cache entry (tracekit.cache: events table + TraceInfo,
+    The file is tracekit's columnar cache entry (tracekit.ingest.cache: events table + TraceInfo,
     keyed by the trace's size, mtime and CRC-32), so `tracekit analyze` reads it, not the JSON:
     every rank converts its own trace in parallel at the end of the job, and a thousand-rank
     job never funnels raw JSON through one machine. Never fails the run: a problem is one line
@@ -48,7 +48,7 @@ def write_events_parquet(trace: Path | str) -> Path | None:
     """
     trace = Path(trace)
     try:
-        from tracekit import cache
+        from tracekit.ingest import cache
         from tracekit.ingest.kineto import read_trace
 
         want = cache.key(trace)

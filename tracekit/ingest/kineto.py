@@ -35,8 +35,8 @@ from typing import Any
 
 import polars as pl
 
-from tracekit import cache as trace_cache
 from tracekit.errors import TracekitError
+from tracekit.ingest import cache as trace_cache
 from tracekit.ingest import devices
 from tracekit.ingest.foreign import select_traces
 from tracekit.ingest.kineto_classify import events_frame
@@ -292,7 +292,7 @@ def read_traces(
     need a rank of their own; several files of one rank are the latest profiling cycle
     (warning), or an error (same time, other process, mixed jobs: tracekit.ingest.foreign).
 
-    ``cache`` (tracekit.cache): False ignores it; None reads matching entries (beside each
+    ``cache`` (tracekit.ingest.cache): False ignores it; None reads matching entries (beside each
     trace, or in ``cache_dir``) and parses the rest; True also writes an entry for every file
     it had to parse: in the background when ``cache_writer`` (an executor its owner waits for)
     is given, else before returning.

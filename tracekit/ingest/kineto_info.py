@@ -4,7 +4,7 @@ Besides its events a trace tells its rank, world size, backend, host, clock base
 groups (``distributedInfo.pg_config``) and device properties; ingest adds whether it holds
 device work, how many profiler steps, the peak memory per device, and one warning per thing it
 had to drop or guess. :func:`encode_info` / :func:`decode_info` carry a TraceInfo across
-worker processes and into cache entries (tracekit.cache imports this module; nothing here
+worker processes and into cache entries (tracekit.ingest.cache imports this module; nothing here
 imports the cache).
 
 Ranks: ``distributedInfo.rank``, else the ``rank`` argument, else ``rank<N>``/``rank-<N>``/

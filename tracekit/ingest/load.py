@@ -243,11 +243,11 @@ def load(
     ``ranks``/``sample``: read only those ranks' traces, or N spread over the job
     (tracekit.ingest.selection). ``cache``, ``cache_dir``, ``cache_writer``, ``workers``,
     ``executor``: how traces are parsed (tracekit.ingest.kineto.read_traces; with ``executor``
-    the per-file parse runs there, tracekit.engines; tracekit.cache).
+    the per-file parse runs there, tracekit.engines; tracekit.ingest.cache).
     ``ranks_per_node``: the topology, when nothing in the folder says it.
     """
     if cache:
-        from tracekit import cache as cache_mod
+        from tracekit.ingest import cache as cache_mod
 
         cache_mod.max_bytes()  # a bad TRACEKIT_CACHE_MAX_BYTES is an error, not ignored
     source = locate(path)

@@ -2,7 +2,7 @@
 
 A file's rank is known before parsing it from, in order: ``distributedInfo.rank`` in the head
 of the file (Kineto writes it before the events: kineto_info.peek_rank reads at most 64 KB), a
-matching cache entry (tracekit.cache), the ``rank<N>`` of its name. Files whose rank none of
+matching cache entry (tracekit.ingest.cache), the ``rank<N>`` of its name. Files whose rank none of
 these tell are read in full and filtered afterwards (the only way to learn their rank).
 
 Sampling, for thousand-rank jobs: N ranks spread evenly over the ranks present, always the
@@ -107,7 +107,7 @@ def file_rank(path: Path, cache_dir: Path | None = None) -> int | None:
     rank = peek_rank(path)
     if rank is not None:
         return rank
-    from tracekit import cache
+    from tracekit.ingest import cache
 
     found = cache.lookup(path, cache_dir)
     if found is not None:
