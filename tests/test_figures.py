@@ -16,6 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 import pytest
+from builders.summary import complete
 
 from tracekit import figures as F
 from tracekit.analyze import Analysis, analyze
@@ -289,124 +290,132 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
     intra = sum(matrix[r][c] for r in range(p) for c in range(p) if r // 2 == c // 2)
     inter = sum(matrix[r][c] for r in range(p) for c in range(p) if r // 2 != c // 2)
     mib = 2**20
-    summary = {
-        "schema_version": 1,
-        "source": name,
-        "warnings": [f"a synthetic run; this warning names {XSS}"],
-        "window": {"kind": "complete_steps", "steps": 1, "start_ns": lo, "end_ns": hi},
-        "topology": {"source": "run.json", "nodes": nodes},
-        "run": {
-            "strategy": "pp-gpipe",
-            "world_size": p,
-            "backend": "gloo",
-            "device": "cpu",
-            "precision": "fp32",
-            "status": "ok",
-        },
-        "ranks": ranks,
-        "collectives": {
-            "count": 32,
-            "bytes": 32 * 4 * mib,
-            "ideal_bytes_per_rank": 8 * 4 * mib,
-            "per_op": [
-                {
-                    "op": "send",
-                    "count": 16,
-                    "bytes": 16 * 4 * mib,
-                    "transfer_s": 0.0008,
-                    "wait_s": 0.0002,
-                    "time_s": 0.001,
-                    "algbw_gbps": 1.2,
-                    "busbw_gbps": 1.2,
-                },
-                {
-                    "op": "all_reduce",
-                    "count": 16,
-                    "bytes": 16 * 4 * mib,
-                    "transfer_s": None,
-                    "wait_s": None,
-                    "time_s": 0.002,
-                    "algbw_gbps": 0.9,
-                    "busbw_gbps": 1.35,
-                },
-            ],
-            "per_group": [
-                {"group": "0", "op": "all_reduce", "busbw_gbps": 1.35},
-                {"group": "1", "op": "send", "busbw_gbps": 1.2},
-            ],
-        },
-        "memory": {
-            "per_rank": [
-                {
-                    "rank": r,
-                    "params_bytes": 4 * mib,
-                    "grads_bytes": 4 * mib,
-                    "optimizer_bytes": 8 * mib,
-                    "model_states_bytes": 16 * mib,
-                    "activation_peak_bytes": (4 - r) * mib,
-                    "peak_bytes": 16 * mib + (4 - r) * mib,
-                }
-                for r in range(p)
-            ],
-            "theory": {"model_states_bytes": 16 * mib, "formula": "16Psi (DP, fp32)"},
-        },
-        "pipeline": {
-            "schedule": "gpipe",
-            "stages": p,
-            "microbatches": m,
-            "bubble_fraction": 0.45,
-            "bubble_fraction_span": 0.5,
-            "bubble_fraction_theory": (p - 1) / (m + p - 1),
-            "bubble_fraction_replay": 0.43,
-            "per_stage": [
-                {
-                    "stage": s,
-                    "fill_s": s * 0.0011,
-                    "steady_s": 0.0004,
-                    "drain_s": (p - 1 - s) * 0.0021,
-                    "max_inflight_microbatches": m,
-                    "activation_peak_bytes": (4 - s) * mib,
-                    "weight_versions": None,
-                }
-                for s in range(p)
-            ],
-        },
-        "overlap": {
-            "allgather_s": sum(r["duration_s"] for r in per_layer if r["op"] == "all_gather"),
-            "allgather_hidden_fraction": 0.7,
-            "reducescatter_s": sum(
-                r["duration_s"] for r in per_layer if r["op"] == "reduce_scatter"
-            ),
-            "reducescatter_hidden_fraction": 0.5,
-            "per_layer": per_layer,
-        },
-        "traffic": {
-            "model": {"send": "p2p", "all_reduce": "ring"},
-            "intra_node_bytes": intra,
-            "inter_node_bytes": inter,
-            "inter_node_fraction": inter / (intra + inter),
-            "total_bytes": intra + inter,
-            "by_op": [
-                {"op": "send", "intra": intra, "inter": inter // 2, "bytes": intra + inter // 2},
-                {
-                    "op": "all_reduce",
-                    "intra": 0,
-                    "inter": inter - inter // 2,
-                    "bytes": inter - inter // 2,
-                },
-            ],
-            "by_group": [
-                {
-                    "group": "0",
-                    "op": "all_reduce",
-                    "intra": 0,
-                    "inter": inter - inter // 2,
-                    "bytes": inter - inter // 2,
-                }
-            ],
-            "matrix": matrix,
-        },
-    }
+    summary = complete(
+        {
+            "schema_version": 1,
+            "source": name,
+            "warnings": [f"a synthetic run; this warning names {XSS}"],
+            "window": {"kind": "complete_steps", "steps": 1, "start_ns": lo, "end_ns": hi},
+            "topology": {"source": "run.json", "nodes": nodes},
+            "run": {
+                "strategy": "pp-gpipe",
+                "world_size": p,
+                "backend": "gloo",
+                "device": "cpu",
+                "precision": "fp32",
+                "status": "ok",
+            },
+            "ranks": ranks,
+            "collectives": {
+                "count": 32,
+                "bytes": 32 * 4 * mib,
+                "ideal_bytes_per_rank": 8 * 4 * mib,
+                "per_op": [
+                    {
+                        "op": "send",
+                        "count": 16,
+                        "bytes": 16 * 4 * mib,
+                        "transfer_s": 0.0008,
+                        "wait_s": 0.0002,
+                        "time_s": 0.001,
+                        "algbw_gbps": 1.2,
+                        "busbw_gbps": 1.2,
+                    },
+                    {
+                        "op": "all_reduce",
+                        "count": 16,
+                        "bytes": 16 * 4 * mib,
+                        "transfer_s": None,
+                        "wait_s": None,
+                        "time_s": 0.002,
+                        "algbw_gbps": 0.9,
+                        "busbw_gbps": 1.35,
+                    },
+                ],
+                "per_group": [
+                    {"group": "0", "label": "group 0", "op": "all_reduce", "busbw_gbps": 1.35},
+                    {"group": "1", "label": "group 1", "op": "send", "busbw_gbps": 1.2},
+                ],
+            },
+            "memory": {
+                "per_rank": [
+                    {
+                        "rank": r,
+                        "params_bytes": 4 * mib,
+                        "grads_bytes": 4 * mib,
+                        "optimizer_bytes": 8 * mib,
+                        "model_states_bytes": 16 * mib,
+                        "activation_peak_bytes": (4 - r) * mib,
+                        "peak_bytes": 16 * mib + (4 - r) * mib,
+                    }
+                    for r in range(p)
+                ],
+                "theory": {"model_states_bytes": 16 * mib, "formula": "16Psi (DP, fp32)"},
+            },
+            "pipeline": {
+                "schedule": "gpipe",
+                "stages": p,
+                "microbatches": m,
+                "bubble_fraction": 0.45,
+                "bubble_fraction_span": 0.5,
+                "bubble_fraction_theory": (p - 1) / (m + p - 1),
+                "bubble_fraction_replay": 0.43,
+                "per_stage": [
+                    {
+                        "stage": s,
+                        "fill_s": s * 0.0011,
+                        "steady_s": 0.0004,
+                        "drain_s": (p - 1 - s) * 0.0021,
+                        "max_inflight_microbatches": m,
+                        "activation_peak_bytes": (4 - s) * mib,
+                        "weight_versions": None,
+                    }
+                    for s in range(p)
+                ],
+            },
+            "overlap": {
+                "allgather_s": sum(r["duration_s"] for r in per_layer if r["op"] == "all_gather"),
+                "allgather_hidden_fraction": 0.7,
+                "reducescatter_s": sum(
+                    r["duration_s"] for r in per_layer if r["op"] == "reduce_scatter"
+                ),
+                "reducescatter_hidden_fraction": 0.5,
+                "per_layer": per_layer,
+            },
+            "traffic": {
+                "model": {"send": "p2p", "all_reduce": "ring"},
+                "intra_node_bytes": intra,
+                "inter_node_bytes": inter,
+                "inter_node_fraction": inter / (intra + inter),
+                "total_bytes": intra + inter,
+                "by_op": [
+                    {
+                        "op": "send",
+                        "intra": intra,
+                        "inter": inter // 2,
+                        "bytes": intra + inter // 2,
+                    },
+                    {
+                        "op": "all_reduce",
+                        "intra": 0,
+                        "inter": inter - inter // 2,
+                        "bytes": inter - inter // 2,
+                    },
+                ],
+                "by_group": [
+                    {
+                        "group": "0",
+                        "label": "group 0",
+                        "op": "all_reduce",
+                        "intra": 0,
+                        "inter": inter - inter // 2,
+                        "bytes": inter - inter // 2,
+                    }
+                ],
+                "matrix": matrix,
+            },
+        }
+    )
     return Analysis(
         path=Path(name),
         summary=summary,
@@ -485,23 +494,25 @@ def big_timeline(
 
 def big_analysis(ranks: int = 64, n: int = 1_000_000) -> Analysis:
     ev, tl = big_timeline(ranks, n)
-    summary = {
-        "schema_version": 1,
-        "warnings": [],
-        "window": {"kind": "whole_trace", "steps": 0},
-        "ranks": [{"rank": r, "node": r // 8, "span_s": 1.0} for r in range(ranks)],
-        "collectives": None,
-        "memory": None,
-        "pipeline": None,
-        "overlap": None,
-        "traffic": None,
-        "topology": {"nodes": {str(r): r // 8 for r in range(ranks)}},
-    }
+    rank_rows = [{"rank": r, "node": r // 8, "span_s": 1.0} for r in range(ranks)]
+    summary = complete(
+        {
+            "schema_version": 1,
+            "warnings": [],
+            "window": {"kind": "whole_trace", "steps": 0},
+            "ranks": rank_rows,
+            "memory": None,
+            "pipeline": None,
+            "overlap": None,
+            "traffic": None,
+            "topology": {"nodes": {str(r): r // 8 for r in range(ranks)}},
+        }
+    )
     return Analysis(
         path=Path(f"synthetic-{ranks}x{n}"),
         summary=summary,
         events=ev,
-        ranks=pl.DataFrame(summary["ranks"]),
+        ranks=pl.DataFrame(rank_rows),
         timeline=tl,
         collectives=pl.DataFrame(),
     )
@@ -563,7 +574,7 @@ def test_every_figure_on_the_synthetic_analysis(syn):
 
 
 def test_compare_figures(syn, real):
-    runs = [("gpipe", syn.summary), ("trace_filter", real.summary)]
+    runs = [("gpipe", syn.typed_summary), ("trace_filter", real.typed_summary)]
     figs = F.compare_figures(runs)
     assert all(f is not None for f in figs.values())
     assert list(figs["compare_step_time"].data[0].x) == ["gpipe", "trace_filter"]

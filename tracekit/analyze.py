@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tracekit.analyses import breakdown, collectives
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events as events_empty
 from tracekit.ingest.kineto import TraceInfo, read_traces
+from tracekit.summary import Summary, encode, to_struct
 from tracekit.topology import nccl_layout, node_of_ranks
 
 
@@ -78,6 +80,12 @@ class Analysis:
     frames: dict[str, pl.DataFrame] = field(
         default_factory=dict
     )  # from the sections: pipeline_ops, ...
+
+    @cached_property
+    def typed_summary(self) -> Summary:
+        """The summary checked against tracekit.summary's schema once (ValidationError on drift);
+        figures, reports and the app read its attributes. ``summary`` must not change after."""
+        return to_struct(self.summary)
 
     def tables(self) -> dict[str, pl.DataFrame]:
         return {
@@ -423,7 +431,7 @@ def write_analysis(result: Analysis, out: Path) -> Path:
     except OSError as exc:
         raise _write_failed(out, exc) from None
     try:
-        (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str) + "\n")
+        (tmp / "summary.json").write_text(encode(result.typed_summary))
         files = ["summary.json"]
         for name, frame in result.tables().items():
             # zstd level 1 without statistics: the events table is most of the writing time
