@@ -1,1 +1,2 @@
-"""The Dash app: layout and callbacks only; every figure comes from tracekit.figures."""
+"""The Dash app (dashboards.app wires root, runs, pages, index, plotly_js); every figure comes
+from tracekit.figures."""

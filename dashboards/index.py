@@ -32,6 +32,8 @@ from typing import Any
 from dash import dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme, Symbol
 
+from dashboards.root import Refused
+from dashboards.runs import Runs
 from tracekit import figures as F
 from tracekit import runfolder, runname
 from tracekit.errors import TracekitError
@@ -142,9 +144,9 @@ def _disk_summary(path: Path, signature: tuple) -> dict | None:
 
 
 class Summaries:
-    """Summaries of the runs of a dashboards.app.Runs, analysed one at a time in the background."""
+    """Summaries of the runs of a dashboards.runs.Runs, analysed one at a time in the background."""
 
-    def __init__(self, runs: Any) -> None:
+    def __init__(self, runs: Runs) -> None:
         self.runs = runs
         self._done: dict[tuple, dict | str] = {}  # key -> summary, or why there is none
         self._queued: set[tuple] = set()
@@ -200,8 +202,6 @@ class Summaries:
 
     def rows(self) -> tuple[list[dict[str, Any]], bool]:
         """The index rows of every listed run, and whether some are still being analysed."""
-        from dashboards.app import Refused
-
         items: list[tuple[str, Path, dict | None, dict | str | None, str | None]] = []
         for rel in self.runs.list_runs():
             if rel in self.runs.preloaded:

@@ -530,18 +530,19 @@ def test_timeline_64_ranks_1m_events(browser, page, server, dash_app):
 
 
 def test_pages_build_what_figures_for_builds():
-    """The app builds each figure on its own, once (_figure); the same figures as F.figures_for."""
-    from dashboards.app import _Entry, _figure
+    """The app builds each figure on its own, once (figure); the same figures as F.figures_for."""
+    from dashboards.pages.common import figure
+    from dashboards.runs import Entry
     from tracekit import figures as F
 
     a = synthetic_analysis()
-    entry = _Entry(a)
+    entry = Entry(a)
     every = F.figures_for(a)
     for name in every:
-        fig = _figure(entry, name)
+        fig = figure(entry, name)
         assert (fig is None) == (every[name] is None), name
         assert fig is None or fig.to_json() == every[name].to_json(), name
-        assert _figure(entry, name) is fig, name  # built once
+        assert figure(entry, name) is fig, name  # built once
 
 
 def test_plotly_js_is_the_vendored_cartesian_bundle_with_the_compile_hint(server):
@@ -549,7 +550,7 @@ def test_plotly_js_is_the_vendored_cartesian_bundle_with_the_compile_hint(server
     version (vendor that version's bundle when upgrading plotly); else plotly's full bundle."""
     from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
-    from dashboards.app import VENDORED_PLOTLY
+    from dashboards.plotly_js import VENDORED_PLOTLY
 
     version = get_plotlyjs_version()
     vendored = VENDORED_PLOTLY.read_text(encoding="utf-8")
@@ -570,7 +571,7 @@ def test_plotly_js_is_the_vendored_cartesian_bundle_with_the_compile_hint(server
 def test_vendored_plotly_is_the_file_its_readme_names():
     import hashlib
 
-    from dashboards.app import VENDORED_PLOTLY
+    from dashboards.plotly_js import VENDORED_PLOTLY
 
     readme = (VENDORED_PLOTLY.parent / "README.md").read_text(encoding="utf-8")
     assert hashlib.sha256(VENDORED_PLOTLY.read_bytes()).hexdigest() in readme
@@ -586,22 +587,22 @@ def test_plotly_js_falls_back_to_the_full_bundle(monkeypatch, tmp_path):
     import plotly.offline
     from plotly.offline import get_plotlyjs
 
-    import dashboards.app as A
+    import dashboards.plotly_js as A
 
     full = "//# allFunctionsCalledOnLoad\n" + get_plotlyjs()
-    served = A._plotly_js()
+    served = A.bundle()
     try:
         monkeypatch.setattr(plotly.offline, "get_plotlyjs_version", lambda: "4.1.0")
-        A._plotly_js.cache_clear()
-        assert A._plotly_js() == ("plotly-4.1.0.min.js", full.encode())
+        A.bundle.cache_clear()
+        assert A.bundle() == ("plotly-4.1.0.min.js", full.encode())
         monkeypatch.undo()
         monkeypatch.setattr(A, "VENDORED_PLOTLY", tmp_path / "missing.js")
-        A._plotly_js.cache_clear()
-        assert A._plotly_js()[1] == full.encode()
+        A.bundle.cache_clear()
+        assert A.bundle()[1] == full.encode()
     finally:
         monkeypatch.undo()
-        A._plotly_js.cache_clear()
-    assert A._plotly_js() == served
+        A.bundle.cache_clear()
+    assert A.bundle() == served
 
 
 # ---------------------------------------------------------------- safety
@@ -647,7 +648,8 @@ def test_path_traversal_is_refused(page, server):
 
 
 def test_resolve_refuses_everything_outside_root(root):
-    from dashboards.app import Refused, Runs
+    from dashboards.root import Refused
+    from dashboards.runs import Runs
 
     runs = Runs(root)
     assert runs.resolve("trace_filter") == (root / "trace_filter").resolve()
@@ -677,7 +679,7 @@ def test_resolve_refuses_everything_outside_root(root):
 
 
 def test_host_warning():
-    from dashboards.app import host_warning
+    from dashboards.root import host_warning
 
     assert host_warning("127.0.0.1") is None and host_warning("localhost") is None
     assert "reachable from other machines" in host_warning("0.0.0.0")

@@ -1,0 +1,36 @@
+"""``/compare?run=a&run=b``: several runs side by side, the comparison table and figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import html
+
+from dashboards.pages.common import View, graph, nodata, table
+from dashboards.root import Refused
+from tracekit import figures as F
+from tracekit import report as R
+from tracekit.errors import TracekitError
+
+
+def page(view: View) -> list:
+    if len(view.chosen) < 1:
+        return [nodata("choose two or more runs to compare")]
+    loaded: list[tuple[str, Any]] = []
+    kids: list[Any] = []
+    for rel in view.chosen:
+        try:
+            loaded.append((rel, view.runs.entry(rel).analysis.summary))
+        except Refused as exc:
+            return [html.P(str(exc), className="refusal")]
+        except TracekitError as exc:
+            kids.append(
+                html.P(f"could not analyse {rel}: {view.runs.message(exc)}", className="warn")
+            )
+    if not loaded:
+        return kids
+    kids.append(table(R.compare_table(loaded), "compare-table"))
+    for name, fig in F.compare_figures(loaded).items():
+        if fig is not None:
+            kids.append(graph(fig, f"fig-{name.replace('_', '-')}"))
+    return kids
