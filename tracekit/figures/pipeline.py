@@ -3,7 +3,7 @@ the bubbles per stage."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -172,18 +172,18 @@ def pipeline_schedule(
         + (["replayed with measured F/B durations, free communication"] if has_replay else []),
         row_heights=[0.6, 0.4] if has_replay else None,
     )
-    t0 = int(ops["start_ns"].min())
+    t0 = int(cast(int, ops["start_ns"].min()))
     _bubble_bars(fig, bubbles, key_cols, lanes, t0)
     _ops_bars(fig, ops, key_cols, lanes, t0, time_unit="ns", row=1, showlegend=True)
     n = len(keys)
-    if has_replay:
+    if replay is not None and has_replay:
         stages = sorted(int(s) for s in replay["stage"].unique().to_list())
         _ops_bars(
             fig,
             replay,
             ["stage"],
             {(s,): i for i, s in enumerate(stages)},
-            float(replay["start_s"].min()),
+            float(cast(float, replay["start_s"].min())),
             time_unit="s",
             row=2,
             showlegend=False,

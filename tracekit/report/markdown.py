@@ -48,6 +48,9 @@ def write_md(
                 continue  # figures only (the prediction): nothing for a table format
             lines += [f"### {_md_cell(title)}", ""]
             t = table_fn(s) if table_fn else None
-            lines += _md_table(t) if t else [f"_{NO_DATA[nodata]}_", ""]
+            if t:
+                lines += _md_table(t)
+            elif nodata:
+                lines += [f"_{NO_DATA[nodata]}_", ""]
         lines += _md_table(top_events(a.events))
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
