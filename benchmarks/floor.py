@@ -2,10 +2,10 @@
 
 ``python floor.py --parser msgspec|orjson|kscan --workers W FILE...``
 
-- ``msgspec``: decode into the very typed Structs tracekit's ingest declares (``_Trace``,
+- ``msgspec``: decode into the very typed Structs tracekit's ingest declares (``Trace``,
   ``_Event``, ``_Common``: only the fields it reads; each event's args stay raw JSON and the
   X events' common args are decoded, as ingest does; the class definitions are taken from
-  tracekit/ingest/kineto.py's source, so this process imports msgspec only, not polars);
+  tracekit/ingest/kineto_decode.py's source, so this process imports msgspec only, not polars);
 - ``orjson``: ``orjson.loads`` of the whole document (dicts and lists of everything);
 - ``kscan``: tracekit's own C scanner (tracekit/ingest/_kscan.c), loaded from its shared
   library alone (no polars): the JSON bytes to column buffers, nothing after. The fastest
@@ -26,18 +26,18 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-KINETO = Path(__file__).resolve().parents[1] / "tracekit" / "ingest" / "kineto.py"
+KINETO = Path(__file__).resolve().parents[1] / "tracekit" / "ingest" / "kineto_decode.py"
 _decoder = _common = None
 
 
 def _structs() -> dict:
-    """_Common, _Event, _Trace exactly as kineto.py defines them (exec'd with msgspec only)."""
+    """Trace, _Event, _Common exactly as kineto_decode.py defines them (exec'd with msgspec only)."""
     import typing
 
     import msgspec
 
     tree = ast.parse(KINETO.read_text())
-    wanted = {"_Common", "_Event", "_Trace", "_NO_RAW"}
+    wanted = {"_Common", "_Event", "Trace", "_NO_RAW"}
     body = [
         n
         for n in tree.body
@@ -84,7 +84,7 @@ def _parse(path: str, parser: str) -> int:
         import msgspec
 
         structs = _structs()
-        _decoder = msgspec.json.Decoder(structs["_Trace"], strict=False)
+        _decoder = msgspec.json.Decoder(structs["Trace"], strict=False)
         _common = msgspec.json.Decoder(structs["_Common"], strict=False).decode
     events = _decoder.decode(data).traceEvents
     for e in events:  # the X events' common args, as ingest decodes them

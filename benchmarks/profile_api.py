@@ -22,7 +22,7 @@ import torch
 import tracekit
 from tracekit.errors import TracekitError
 from tracekit.ingest import read_trace
-from tracekit.ingest.kineto import _available_memory
+from tracekit.ingest.kineto_files import _available_memory
 
 
 def main() -> None:

@@ -167,7 +167,7 @@ def test_a_2gb_trace_on_a_small_machine(tmp_path: Path) -> None:
 
 
 def test_default_limit_follows_available_memory(tmp_path: Path) -> None:
-    from tracekit.ingest.kineto import _available_memory
+    from tracekit.ingest.kineto_files import _available_memory
 
     avail = _available_memory()
     assert avail and avail > 0

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 import time
+import tracemalloc
+import zlib
 from pathlib import Path
 
 import polars as pl
@@ -24,7 +26,9 @@ from hypothesis import strategies as st
 from tracekit.errors import TracekitError
 from tracekit.events import EVENT_SCHEMA, KINDS
 from tracekit.ingest import TraceInfo, read_trace, read_traces
-from tracekit.ingest.kineto import NO_RANK_WARNING, _default_workers
+from tracekit.ingest.kineto import _default_workers
+from tracekit.ingest.kineto_files import _gunzip
+from tracekit.ingest.kineto_info import NO_RANK_WARNING
 from tracekit.runfolder import find_trace_files
 
 HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
@@ -364,6 +368,45 @@ def test_gzip_members_and_trailer_sizes(tmp_path: Path) -> None:
     big = bytearray(gzip.compress(text))
     big[-4:] = (len(text) * 3).to_bytes(4, "little")  # overstated: gzip checks ISIZE itself
     expect_error(write(tmp_path / "lying.rank1.json.gz", bytes(big)), "gzip")
+
+
+def test_gunzip_in_slices_is_gzip_decompress() -> None:
+    """The input goes to zlib in 8 KB slices: members that end inside a slice or exactly at
+    its end, empty members, zero padding and any first buffer size give gzip's own output;
+    a member cut anywhere is a truncated file."""
+    text = gzip.decompress(NCCL_DATA.read_bytes())  # 9.8 MB: its gzip spans many slices
+    cuts = [0, 0, 1, 9000, len(text) // 3, len(text)]
+    blob = b"".join(gzip.compress(text[a:b], 6) for a, b in zip(cuts, cuts[1:]))
+    for data in (blob, blob + bytes(100)):
+        for hint in (0, 4096, len(text), 3 * len(text)):
+            assert _gunzip(data, 2**40, "", Path("x.json.gz"), hint) == text
+    one = gzip.compress(text, 6)
+    stored = gzip.compress(text[:8169], 0)  # stored, not deflated: ends at a slice's end
+    assert len(stored) == 8192
+    assert _gunzip(stored + one, 2**40, "", Path("x"), 0) == text[:8169] + text
+    for cut in (10, 8192, len(one) // 2, len(one) - 1):
+        with pytest.raises(TracekitError, match="truncated gzip"):
+            _gunzip(one[:cut], 2**40, "", Path("x"), 0)
+    with pytest.raises(TracekitError, match="corrupt gzip"):
+        _gunzip(one + b"garbage after the member", 2**40, "", Path("x"), 0)
+
+
+def test_gzip_bomb_stops_near_the_limit_whatever_the_trailer_says() -> None:
+    """512 MB of zeros (~0.5 MB of gzip), a 4 MB limit and a trailer that lies: refused after
+    holding about the limit, never the bomb's size (tracemalloc counts the buffers zlib and
+    the output take)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(2**20)
+    bomb = b"".join([*(c.compress(block) for _ in range(512)), c.flush()])
+    for trailer in (bomb[-4:], (100).to_bytes(4, "little")):
+        tracemalloc.start()
+        try:
+            with pytest.raises(TracekitError, match="more than .* once uncompressed"):
+                _gunzip(bomb[:-4] + trailer, 4 * 2**20, "test", Path("bomb.json.gz"), 4096)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 16 * 2**20, peak  # limit + a few 2 MB zlib outputs
 
 
 def test_damaged_json(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from conftest import HTA, run_cli
 
 from tracekit.analyze import analyze
 from tracekit.ingest import kineto
-from tracekit.ingest.kineto import peek_distributed_info, peek_rank
+from tracekit.ingest.kineto_info import peek_distributed_info, peek_rank
 from tracekit.ingest.selection import select, spread
 
 SOURCE = HTA / "trace_filter" / "sampled_rank-0.json.gz"

@@ -18,7 +18,7 @@ from polars.testing import assert_frame_equal
 from test_ingest import HTA, SEEDS, damaged
 
 from tracekit.errors import TracekitError
-from tracekit.ingest import kineto
+from tracekit.ingest import kineto, kineto_decode, kineto_files
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = sorted(
@@ -29,17 +29,17 @@ REAL = sorted(
         *(ROOT / "sample_traces").rglob("rank*.json*"),
         *(ROOT / "tests" / "data").rglob("*.json*"),
     ]
-    if p.is_file() and b"traceEvents" in kineto._read_bytes(p)[: 1 << 20]
+    if p.is_file() and b"traceEvents" in kineto_files.read_bytes(p)[: 1 << 20]
 )
 
 
 def both(data: bytes, path: Path, rank: int | None = None) -> tuple:
     """(fast result or None, msgspec result or the TracekitError it raised)."""
     try:
-        slow = kineto._read_decoded(kineto._decoded_msgspec(data, path), path, rank)
+        slow = kineto._read_decoded(kineto_decode._decoded_msgspec(data, path), path, rank)
     except TracekitError as err:
         slow = err
-    fast = kineto._decoded_fast(data, path)
+    fast = kineto_decode._decoded_fast(data, path)
     if fast is not None:
         try:
             fast = kineto._read_decoded(fast, path, rank)
@@ -60,12 +60,12 @@ def assert_same(fast: tuple | TracekitError, slow: tuple | TracekitError) -> Non
 def test_scanner_is_built() -> None:
     """setup.py builds it (optional, so a machine without a compiler still installs): CI
     machines have one, and a silent fallback would hide a 3x slowdown."""
-    assert kineto._kscan is not None
+    assert kineto_decode._kscan is not None
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: str(p.relative_to(p.parents[1])))
 def test_real_traces_take_the_fast_path_and_match(path: Path) -> None:
-    data = kineto._read_bytes(path)
+    data = kineto_files.read_bytes(path)
     fast, slow = both(data, path)
     assert fast is not None, "the scanner declined a real trace"
     assert_same(fast, slow)
@@ -195,7 +195,7 @@ def test_scanner_matches_msgspec(name: str) -> None:
 
 @pytest.mark.parametrize("name", DECLINED)
 def test_scanner_declines_what_it_is_not_sure_of(name: str) -> None:
-    assert kineto._decoded_fast(DECLINED[name], Path("x.json")) is None
+    assert kineto_decode._decoded_fast(DECLINED[name], Path("x.json")) is None
     _, slow = both(DECLINED[name], Path("x.json"))  # read, or refused with a TracekitError
     assert isinstance(slow, (tuple, TracekitError))
 
@@ -222,7 +222,7 @@ def test_damaged_traces_same_or_declined(data: st.DataObject) -> None:
     if blob[:2] == b"\x1f\x8b":
         try:
             blob = gzip.decompress(blob)
-        except Exception:  # noqa: BLE001 - damaged gzip is _read_bytes' business, tested elsewhere
+        except Exception:  # noqa: BLE001 - damaged gzip is read_bytes' business, tested elsewhere
             return
     fast, slow = both(blob, Path("damaged.rank2.json"))
     if fast is not None:

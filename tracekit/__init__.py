@@ -6,9 +6,9 @@ figures -> app/report. ``tracekit.analyze(path)`` runs the middle of that chain 
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import os
+
+from tracekit._version import __version__
 
 # polars' allocator (jemalloc) keeps freed pages for 10 s by default; an analysis builds and
 # drops whole-job frames in turn, so peak RSS counted freed pages again. 300 ms gives them

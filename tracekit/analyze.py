@@ -24,7 +24,7 @@ from tracekit import outputs, runfolder, timeline
 from tracekit.analyses import breakdown, collectives
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events as events_empty
-from tracekit.ingest.kineto import TraceInfo, read_traces
+from tracekit.ingest import TraceInfo, read_traces
 from tracekit.summary import Summary, encode, to_struct
 from tracekit.topology import nccl_layout, node_of_ranks
 

@@ -28,6 +28,7 @@ cache that cannot be written is skipped silently (it only saves time).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -41,7 +42,10 @@ from typing import Any
 import polars as pl
 
 from tracekit import outputs
+from tracekit._version import __version__
 from tracekit.errors import TracekitError
+from tracekit.events import EVENT_SCHEMA
+from tracekit.ingest.kineto_info import TraceInfo, decode_info, encode_info
 
 SUFFIX = ".events.parquet"
 FORMAT = 2  # bump when the layout of a cache entry changes (2: content CRC in the key)
@@ -54,7 +58,12 @@ _CODE = (
     "runfolder.py",
     "cache.py",
     "ingest/kineto.py",
+    "ingest/kineto_files.py",
+    "ingest/kineto_decode.py",
+    "ingest/kineto_classify.py",
+    "ingest/kineto_info.py",
     "ingest/collectives.py",
+    "ingest/devices.py",
     "ingest/_kscan.c",
 )
 _CHUNK = 1 << 20
@@ -64,16 +73,14 @@ _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> str:
     """tracekit version + cache format + a hash of the ingest code's source."""
-    import tracekit
-
     root = Path(__file__).resolve().parent
-    digest = hashlib.sha1(f"{tracekit.__version__}|{FORMAT}".encode())
+    digest = hashlib.sha1(f"{__version__}|{FORMAT}".encode())
     for name in _CODE:
         try:
             digest.update((root / name).read_bytes())
         except OSError:
             digest.update(name.encode())
-    return f"{tracekit.__version__}+{digest.hexdigest()[:12]}"
+    return f"{__version__}+{digest.hexdigest()[:12]}"
 
 
 def default_dir() -> Path:
@@ -230,11 +237,8 @@ def load(
     cache_dir: Path | None,
     columns: list[str] | None = None,
     want: dict[str, Any] | None = None,
-) -> tuple[Any, pl.DataFrame] | None:
+) -> tuple[TraceInfo, pl.DataFrame] | None:
     """(TraceInfo, events) from a matching cache entry, or None (miss, stale or unreadable)."""
-    from tracekit.events import EVENT_SCHEMA
-    from tracekit.ingest.kineto import decode_info
-
     found = lookup(trace, cache_dir, want)
     if found is None:
         return None
@@ -247,8 +251,6 @@ def load(
     expected = {c: t for c, t in EVENT_SCHEMA.items() if columns is None or c in columns}
     if dict(frame.schema) != expected:
         return None
-    import dataclasses
-
     return dataclasses.replace(info, path=Path(trace)), frame
 
 
@@ -308,7 +310,7 @@ def _account(where: Path, added: int) -> None:
 
 def store(
     trace: Path,
-    info: Any,
+    info: TraceInfo,
     frame: pl.DataFrame,
     cache_dir: Path | None,
     want: dict[str, Any] | None,
@@ -321,8 +323,6 @@ def store(
     trace still has it, so a trace rewritten meanwhile never gets an entry that claims its new
     contents. ``at_source``: beside the trace (ingest at source, in a run folder we made).
     """
-    from tracekit.ingest.kineto import encode_info
-
     dest = target(trace, cache_dir, at_source)
     if dest is None or want is None or outputs.kind_of(dest) is not None:
         return None

@@ -9,7 +9,7 @@
  * from those bytes later.
  *
  * It is a fast path, never the judge: on anything it is not certain to read exactly as the
- * msgspec path of tracekit/ingest/kineto.py does (malformed JSON, a lone surrogate, a
+ * msgspec path of tracekit/ingest/kineto_decode.py does (malformed JSON, a lone surrogate, a
  * duplicate or escaped key it uses, a field of an unusual type, numbers beyond int64, nesting
  * deeper than MAX_DEPTH) it returns None and the caller takes that path, which also words the
  * error. Everything it skips is still validated as JSON (including UTF-8), so it never accepts
@@ -427,7 +427,7 @@ static PyObject *texts_list(Scan *s) {
     return list;
 }
 
-/* The values below mirror the msgspec path's column rules (kineto._series / _text_series):
+/* The values below mirror the msgspec path's column rules (kineto_decode.series / _text_series):
  * a value of another type becomes null there, unless polars' strict constructor would have
  * accepted it in some columns and not others (bools in number columns): those decline. */
 
@@ -876,7 +876,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kscan",
-                                    "Kineto trace JSON -> column buffers (fast path of tracekit.ingest.kineto).",
+                                    "Kineto trace JSON -> column buffers (fast path of tracekit.ingest.kineto_decode).",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kscan(void) {

@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.ingest.kineto import TraceInfo
+from tracekit.ingest.kineto_info import TraceInfo
 
 Parsed = tuple[TraceInfo, pl.DataFrame]
 

@@ -21,7 +21,7 @@ import msgspec
 
 from tracekit.errors import TracekitError
 from tracekit.ingest.foreign import names
-from tracekit.ingest.kineto import _read_bytes, read_head
+from tracekit.ingest.kineto_files import read_bytes, read_head
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:')
 
@@ -38,7 +38,7 @@ def is_kineto(path: Path) -> bool:
     if head.lstrip()[:1] == b"[":  # a top-level array: never a Kineto trace
         return False
     try:
-        probe = msgspec.json.decode(_read_bytes(Path(path)), type=_Probe)
+        probe = msgspec.json.decode(read_bytes(Path(path)), type=_Probe)
     except msgspec.ValidationError:  # valid JSON, not an object
         return False
     except (msgspec.DecodeError, TracekitError, RecursionError):
@@ -49,7 +49,8 @@ def is_kineto(path: Path) -> bool:
 def split(files: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     """(Kineto traces, other JSON files). When no file is a Kineto trace, all are returned as
     traces: reading them gives the one-line error it always gave."""
-    kept, skipped = [], []
+    kept: list[Path] = []
+    skipped: list[Path] = []
     for f in files:
         (kept if is_kineto(f) else skipped).append(f)
     return (kept, skipped) if kept else (list(files), [])

@@ -1,7 +1,7 @@
 """Which trace files to read: ``--ranks`` (a subset) and ``--sample N`` (an overview of a big job).
 
 A file's rank is known before parsing it from, in order: ``distributedInfo.rank`` in the head
-of the file (Kineto writes it before the events: kineto.peek_rank reads at most 64 KB), a
+of the file (Kineto writes it before the events: kineto_info.peek_rank reads at most 64 KB), a
 matching cache entry (tracekit.cache), the ``rank<N>`` of its name. Files whose rank none of
 these tell are read in full and filtered afterwards (the only way to learn their rank).
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracekit.ingest.foreign import ranges
-from tracekit.ingest.kineto import peek_rank
+from tracekit.ingest.kineto_info import peek_rank
 from tracekit.runfolder import rank_from_filename
 
 RANK_MAX = 2**31 - 1  # ranks are Int32 in every table

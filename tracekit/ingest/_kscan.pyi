@@ -1,0 +1,9 @@
+"""Types of the C scanner (tracekit/ingest/_kscan.c, built at install)."""
+
+from typing import Any
+
+def scan(
+    data: bytes | bytearray,
+) -> tuple[int, list[str], tuple[Any, Any], dict[str, tuple[int, int]]] | None:
+    """(events, distinct texts, the columns' Arrow (schema, array) capsules, byte spans of the
+    top-level keys), or None when it declines the file (the msgspec path then reads it)."""
