@@ -56,6 +56,7 @@ SLOW_MODULES = {
     "test_zero": "tracekit run zero1-3 jobs",
 }
 SLOW_FIXTURES = {  # "module::fixture" -> what it starts
+    "test_dask::cluster": "a Dask scheduler and two workers",
     "test_demo::demo": "tracekit demo (four runs)",
     "test_flight_recorder::live_dir": "a 2-rank torchrun job",
     "test_foreign_traces::cycles": "a 2-rank torchrun job",

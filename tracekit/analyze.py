@@ -13,6 +13,7 @@ import os
 import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -125,6 +126,7 @@ def analyze(
     sample: int | None = None,
     cache: bool | None = None,
     cache_dir: Path | None = None,
+    scheduler: str | None = None,
 ) -> Analysis:
     """Analyse a run folder, a folder of Kineto traces, or one trace file.
 
@@ -137,14 +139,24 @@ def analyze(
 
     ``align_clocks``: None aligns rank clocks when the traces come from several hosts, True
     always, False never (offsets are reported in summary ``clock`` either way; tracekit.clock).
+
+    ``scheduler`` (default ``$TRACEKIT_SCHEDULER``): where the per-rank parse runs,
+    "threads", "processes" or a Dask scheduler address (tracekit.engines); the summary then
+    records it under ``engine``. None: tracekit chooses, and the summary has no ``engine``.
     """
+    from tracekit import engines
+
+    scheduler = engines.resolve(scheduler)
     if cache:
         from tracekit import cache as cache_mod
 
         cache_mod.max_bytes()  # a bad TRACEKIT_CACHE_MAX_BYTES is an error, not ignored
     # cache entries are written while the analysis runs, and are all on disk when it returns
-    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer:
-        return _analyze(
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer,
+        engines.open_executor(scheduler, workers) if scheduler else nullcontext() as engine,
+    ):
+        result = _analyze(
             Path(path),
             ranks_per_node,
             ranks,
@@ -154,7 +166,11 @@ def analyze(
             cache,
             cache_dir,
             cache_writer,
+            engine[0] if engine else None,
         )
+    if engine:
+        result.summary["engine"] = engine[1].as_dict()
+    return result
 
 
 def _analyze(
@@ -167,6 +183,7 @@ def _analyze(
     cache: bool | None,
     cache_dir: Path | None,
     cache_writer: Executor,
+    executor: Executor | None = None,
 ) -> Analysis:
     run = runfolder.load_run_json(path) if runfolder.is_folder(path) else None
     found = runfolder.find_trace_files(path)
@@ -185,7 +202,12 @@ def _analyze(
     files = selection.files
     infos, events = (
         read_traces(
-            files, workers=workers, cache=cache, cache_dir=cache_dir, cache_writer=cache_writer
+            files,
+            workers=workers,
+            cache=cache,
+            cache_dir=cache_dir,
+            cache_writer=cache_writer,
+            executor=executor,
         )
         if files
         else ([], events_empty())

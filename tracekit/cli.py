@@ -238,6 +238,13 @@ def run_cmd(strategy: str, **opts) -> None:
     default=None,
     help="put ranks on one clock from collective ends (default: when traces come from several hosts)",
 )
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="parse the ranks on a Dask cluster, e.g. tcp://HOST:8786 (default $TRACEKIT_SCHEDULER; "
+    "also threads or processes); needs pip install 'tracekit[cluster]'",
+)
 def analyze_cmd(
     path: Path,
     ranks_per_node: int | None,
@@ -247,6 +254,7 @@ def analyze_cmd(
     cache: bool,
     cache_dir: Path | None,
     align_clocks: bool | None,
+    scheduler: str | None,
 ) -> None:
     """Analyse a run folder, a folder of Kineto traces, or one trace."""
     from tracekit.analyze import analyze, check_out, default_out_dir, write_analysis
@@ -264,6 +272,7 @@ def analyze_cmd(
             cache=cache or False,
             cache_dir=cache_dir,
             align_clocks=align_clocks,
+            scheduler=scheduler,
         )
         target = write_analysis(result, target)
     for w in result.summary["warnings"]:

@@ -246,6 +246,7 @@ def read_traces(
     cache: bool | None = False,
     cache_dir: Path | None = None,
     cache_writer: Executor | None = None,
+    executor: Executor | None = None,
 ) -> tuple[list[TraceInfo], pl.DataFrame]:
     """Read several ranks' traces in parallel: infos sorted by rank, one events frame.
 
@@ -259,6 +260,9 @@ def read_traces(
     trace, or in ``cache_dir``) and parses the rest; True also writes an entry for every file
     it had to parse: in the background when ``cache_writer`` (an executor its owner waits for)
     is given, else before returning.
+
+    ``executor`` (tracekit.engines: threads, processes or a Dask cluster): run the per-rank
+    parse there (tracekit.rank_task) instead of choosing ``workers`` here.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -270,7 +274,12 @@ def read_traces(
             if found is not None:
                 hits[p] = found
     todo = [p for p in paths if p not in hits]
-    if todo:
+    if todo and executor is not None:
+        from tracekit.rank_task import parse_ranks
+
+        store = cache is True
+        hits.update(zip(todo, parse_ranks(executor, todo, cache_dir, store, cache_writer)))
+    elif todo:
         if workers is None:
             workers = _default_workers(todo)
         parsed_now = _parse_all(

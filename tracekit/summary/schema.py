@@ -13,9 +13,20 @@ from tracekit.summary.ranks import Rank, Run, Sampling, Window
 from tracekit.summary.traffic import Clock, Topology, Traffic
 
 
-class Summary(Record):
+class Engine(Record):
+    """Where the per-rank work ran (tracekit.engines.EngineInfo); the key is present only
+    when an engine was asked for (`--scheduler`, `$TRACEKIT_SCHEDULER`)."""
+
+    kind: Annotated[str, M("`threads`, `processes` or `dask`")]
+    address: Annotated[str | None, M("the Dask scheduler's address; null for a local engine")]
+    workers: Annotated[
+        int, M("the local pool's size; for Dask, the workers connected when the analysis began")
+    ]
+
+
+class Summary(Record, omit_defaults=True):
     """The top level. A section that does not apply to the input (no pipeline labels, no
-    all-gathers, no memory files) is null."""
+    all-gathers, no memory files) is null; `engine` is absent unless an engine was asked for."""
 
     schema_version: Annotated[
         int, M("1; changes only when a key changes meaning (keys are added freely)")
@@ -41,3 +52,6 @@ class Summary(Record):
         M("bytes per rank beside ZeRO's formulas; null without memory files or events"),
     ]
     volume: Annotated[Volume | None, M("bytes sent per rank per step; null without calls or steps")]
+    engine: Annotated[
+        Engine | None, M("where the per-rank work ran; absent unless an engine was asked for")
+    ] = None

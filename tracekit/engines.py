@@ -1,0 +1,187 @@
+"""Where per-rank tasks run: one ``concurrent.futures`` Executor interface, three engines.
+
+- ``"threads"`` (the default): a thread pool in this process. Ingest's heavy parts (gunzip,
+  the C scanner, polars) release the GIL, so threads divide a parse among the cores.
+- ``"processes"``: spawned local processes (never forked: polars' threads would be copied in
+  whatever state they were in). The task and its arguments must be importable and picklable.
+- any other string is a **Dask** scheduler address (``tcp://HOST:8786``, ``tls://...``):
+  ``distributed.Client(address)`` through its own Executor (``client.get_executor()``). Dask
+  does the distribution, retries and serialisation; tracekit runs no scheduler or RPC of its
+  own. Workers read the traces from the path they share with the driver. ``dask-jobqueue``
+  starts such a cluster under Slurm, ``dask-kubernetes`` on Kubernetes (docs/cluster.md).
+
+The address defaults to ``$TRACEKIT_SCHEDULER``. Dask is optional
+(``pip install 'tracekit[cluster]'``) and imported only when an address is given.
+
+Failures are one line (:class:`~tracekit.errors.TracekitError`), never a traceback or a hang:
+a scheduler that does not answer within ``connect_timeout`` seconds is named with the problem;
+a worker that dies while running a task is retried by Dask on another worker (up to Dask's
+``distributed.scheduler.allowed-failures``), then reported; a lost scheduler is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import sys
+from collections.abc import Iterator
+from concurrent.futures import CancelledError, Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tracekit.errors import TracekitError
+
+SCHEDULER_ENV = "TRACEKIT_SCHEDULER"
+LOCAL_ENGINES = ("threads", "processes")
+CONNECT_TIMEOUT_S = 10.0  # a scheduler that has not answered by then is reported, not awaited
+INSTALL_HINT = "pip install 'tracekit[cluster]'"
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """The engine an analysis ran on, as summary.json records it (key ``engine``)."""
+
+    kind: str  # "threads" | "processes" | "dask"
+    address: str | None  # the Dask scheduler's address; None for the local engines
+    workers: int  # pool size; for Dask, the workers connected when the analysis started
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve(scheduler: str | None) -> str | None:
+    """The engine asked for: ``scheduler``, else ``$TRACEKIT_SCHEDULER``, else None (none asked
+    for: the caller keeps its own default)."""
+    chosen = scheduler if scheduler is not None else os.environ.get(SCHEDULER_ENV)
+    chosen = (chosen or "").strip()
+    return chosen or None
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@contextmanager
+def open_executor(
+    scheduler: str | None = None,
+    workers: int | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT_S,
+) -> Iterator[tuple[Executor, EngineInfo]]:
+    """An Executor for per-rank tasks and what it is; shut down (or disconnected) on exit.
+
+    ``scheduler``: "threads", "processes" or a Dask scheduler address (default
+    ``$TRACEKIT_SCHEDULER``, else "threads"). ``workers``: the local pool's size (default: the
+    usable CPUs); a Dask cluster has the workers it has. Engine failures inside the ``with``
+    block (a dead worker, a lost scheduler) leave it as one-line TracekitErrors.
+    """
+    chosen = resolve(scheduler) or "threads"
+    if chosen in LOCAL_ENGINES:
+        n = max(1, workers or _cpus())
+        info = EngineInfo(chosen, None, n)
+        pool: Executor = (
+            ThreadPoolExecutor(n, thread_name_prefix="tracekit-rank")
+            if chosen == "threads"
+            else ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+        )
+        with pool, _one_line(info):
+            yield pool, info
+        return
+    _require_dask(chosen)  # before muting: importing distributed sets its loggers' levels
+    with _dask_logs_muted():
+        client = _connect(chosen, connect_timeout)
+        try:
+            info = EngineInfo("dask", chosen, len(client.nthreads()))
+            with _one_line(info):
+                # pure=False: a task reads a file that may change, so no result is shared by key
+                yield client.get_executor(pure=False), info
+        finally:
+            with suppress(Exception):  # a scheduler that is gone: nothing to disconnect from
+                client.close(timeout=connect_timeout)
+
+
+@contextmanager
+def _dask_logs_muted() -> Iterator[None]:
+    """Dask's loggers in this process (the driver's client) below CRITICAL silenced while the
+    engine is open: tracekit reports a lost scheduler or dead workers in its own one line,
+    where Dask's client would log each reconnect attempt with a traceback. The workers' and
+    the scheduler's own logs are untouched."""
+    names = ["distributed"]
+    names += [n for n in logging.root.manager.loggerDict if n.startswith("distributed.")]
+    saved = {n: logging.getLogger(n).level for n in names}
+    for n in names:
+        logging.getLogger(n).setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for n, level in saved.items():
+            logging.getLogger(n).setLevel(level)
+
+
+def _require_dask(address: str) -> None:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise TracekitError(
+            f"--scheduler {address} needs Dask distributed, which is not installed: {INSTALL_HINT}"
+        ) from None
+
+
+def _connect(address: str, timeout: float) -> Any:
+    """A ``distributed.Client`` connected to ``address``, or a one-line TracekitError.
+
+    Reachability is checked first with Dask's own comm layer (connect + handshake), in a
+    thread of its own (the caller may be inside an event loop, as in Jupyter): a Client that
+    fails half-way through its constructor would hang the interpreter's exit and print a
+    traceback from its finaliser.
+    """
+    from distributed import Client
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def reach() -> None:
+        args = Security().get_connection_args("client")
+        comm = await connect(address, timeout=timeout, **args)
+        await comm.close()
+
+    def problem(err: BaseException) -> TracekitError:
+        what = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return TracekitError(f"cannot reach the Dask scheduler at {address}: {what}")
+
+    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-dask-probe") as probe:
+        try:
+            probe.submit(asyncio.run, reach()).result(timeout + 5)
+        except Exception as err:  # any failure to reach it is the user's one line
+            raise problem(err) from None
+    try:
+        return Client(address, timeout=timeout, set_as_default=False)
+    except Exception as err:
+        raise problem(err) from None
+
+
+@contextmanager
+def _one_line(info: EngineInfo) -> Iterator[None]:
+    """Engine failures as one-line TracekitErrors; the tasks' own errors pass unchanged."""
+    where = f"the Dask cluster at {info.address}" if info.address else f"local {info.kind}"
+    try:
+        yield
+    except BrokenProcessPool:
+        raise TracekitError(
+            "a worker process died while running a per-rank task (out of memory, or a script "
+            "that calls tracekit without an `if __name__ == '__main__':` guard); try threads"
+        ) from None
+    except CancelledError:
+        raise TracekitError(
+            f"{where} cancelled the per-rank tasks (the scheduler went away or was restarted)"
+        ) from None
+    except Exception as err:
+        dask = sys.modules.get("distributed")  # loaded whenever a Dask engine is open
+        if dask is None or not isinstance(err, dask.KilledWorker):
+            raise
+        raise TracekitError(
+            f"workers of {where} kept dying while running the per-rank task {err.args[0]!r} "
+            "(out of memory, or killed): see the workers' logs"
+        ) from None
