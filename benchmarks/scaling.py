@@ -40,12 +40,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import inputs  # noqa: E402
+from measure import _rss  # noqa: E402 - a process's resident set, as measure.py samples it
 
 SOURCES = {
     "cpu": HERE.parent / "sample_traces" / "dp" / "traces" / "rank0.json.gz",
     "gpu": HERE.parent / "tests" / "data" / "gpu" / "dp-cuda-nccl" / "traces" / "rank0.json.gz",
 }
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def build(source: Path, copies: int, folder: Path) -> Path:
@@ -67,14 +67,6 @@ def build_in_child(source: Path, copies: int, folder: Path) -> int:
         text=True,
     )
     return int(built.stdout.split()[-1])
-
-
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def measure(cmd: list[str], limit_bytes: int, timeout_s: float = 1800) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import subprocess
@@ -18,19 +19,82 @@ HTA = ROOT / "tests" / "data" / "corpus" / "hta"
 SAMPLES = ROOT / "sample_traces"
 
 
+def _drop_root_read() -> None:
+    """In the child before exec: root loses the capabilities that let it read or write any file
+    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so that file permissions apply as to a user."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP: gone after exec
+            raise OSError(ctypes.get_errno(), "prctl")
+
+
 def run_cli(
-    *args: str, timeout: float = 300, cwd: Path | None = None
+    *args: str,
+    timeout: float = 300,
+    cwd: Path | None = None,
+    env: dict[str, str | None] | None = None,
+    as_user: bool = False,
 ) -> subprocess.CompletedProcess:
-    """`tracekit ARGS` in a subprocess, exactly as a user runs it."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    """`tracekit ARGS` in a subprocess, exactly as a user runs it. ``env``: variables set over
+    this process's environment (None: removed); ``as_user``: as root, file permissions apply
+    as to any user."""
+    full = dict(os.environ, PYTHONUNBUFFERED="1")
+    for name, value in (env or {}).items():
+        if value is None:
+            full.pop(name, None)
+        else:
+            full[name] = value
     return subprocess.run(
         [sys.executable, "-m", "tracekit.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=cwd or ROOT,
+        env=full,
+        preexec_fn=_drop_root_read if as_user and os.geteuid() == 0 else None,
+    )
+
+
+def torchrun(
+    *args: str | Path,
+    nproc: int = 2,
+    timeout: float = 300,
+    cwd: Path | None = None,
+    one_thread: bool = True,
+) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc-per-node NPROC ARGS`, the repository importable; every rank
+    on one thread (OMP_NUM_THREADS=1; ``one_thread=False``: torchrun's own default). Fails the
+    test with the job's output unless the job succeeds."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    if not one_thread:
+        del env["OMP_NUM_THREADS"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        + ["--nproc-per-node", str(nproc), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
         env=env,
     )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def spy_parses(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """From now on in this test, every file ingest really parses (tracekit.ingest.kineto's
+    read_trace: the cache and the rank selection exist to avoid those), in order."""
+    from tracekit.ingest import kineto
+
+    parsed: list[Path] = []
+    real = kineto.read_trace
+
+    def spy(path, rank=None):  # noqa: ANN001, ANN202 - read_trace's own signature
+        parsed.append(Path(path))
+        return real(path, rank)
+
+    monkeypatch.setattr(kineto, "read_trace", spy)
+    return parsed
 
 
 @pytest.fixture(scope="session")

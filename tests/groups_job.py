@@ -1,6 +1,6 @@
 """A small real gloo job for the matching tests: 4 ranks, two 2x2 families of process groups.
 
-    torchrun --standalone --nproc-per-node 4 tests/groups_job.py RUN_DIR
+    PYTHONPATH=. torchrun --standalone --nproc-per-node 4 tests/groups_job.py RUN_DIR
 
 "row" groups {0,1}, {2,3} (a new_group with a description) and "col" groups {0,2}, {1,3} (no
 description): per step an all_reduce on each, an all_gather_into_tensor and a reduce_scatter

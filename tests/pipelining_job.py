@@ -1,6 +1,6 @@
 """A user's own pipeline job, written with torch.distributed.pipelining (not tracekit's runs).
 
-    torchrun --nproc-per-node 2 tests/pipelining_job.py OUT
+    PYTHONPATH=. torchrun --nproc-per-node 2 tests/pipelining_job.py OUT
 
 Trains the shared GPT cut into stages with two of torch's schedules, each under a plain
 ``torch.profiler.profile`` (2 profiled steps, ProfilerStep markers), and writes the traces a user
@@ -19,10 +19,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, ScheduleInterleaved1F1B
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from instrumented_runs.data import global_batch  # noqa: E402
-from instrumented_runs.model import GPTConfig, loss_fn, make_optimizer  # noqa: E402
-from instrumented_runs.pipeline import Stage  # noqa: E402
+from instrumented_runs.data import global_batch
+from instrumented_runs.model import GPTConfig, loss_fn, make_optimizer
+from instrumented_runs.pipeline import Stage
 
 MICROBATCHES, BATCH, WARMUP, STEPS = 4, 8, 1, 2
 

@@ -7,7 +7,6 @@ damaged on purpose."""
 
 from __future__ import annotations
 
-import ctypes
 import gzip
 import json
 import os
@@ -47,31 +46,6 @@ def nothing_left(folder: Path, expected: set[str]) -> None:
     beside a trace that parsed, tracekit.cache, are not half-written outputs.)"""
     names = {p.name for p in folder.iterdir() if not p.name.endswith(".events.parquet")}
     assert names == expected
-
-
-def cli(
-    *args: str, env: dict[str, str] | None = None, drop_root_read: bool = False
-) -> subprocess.CompletedProcess:
-    """`tracekit ARGS`; ``drop_root_read``: as root, without the capabilities that let root read
-    any file (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so that permissions apply as to a user."""
-    if env is None and not drop_root_read:
-        return run_cli(*args)
-
-    def drop() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-            if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP: gone after exec
-                raise OSError(ctypes.get_errno(), "prctl")
-
-    return subprocess.run(
-        [sys.executable, "-m", "tracekit.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        preexec_fn=drop if drop_root_read and os.geteuid() == 0 else None,
-    )
 
 
 # --- damaged traces: errors ------------------------------------------------------------------
@@ -175,7 +149,7 @@ def test_default_limit_follows_available_memory(tmp_path: Path) -> None:
     with open(big, "wb") as f:
         f.truncate(2 * avail)  # sparse: twice this machine's free memory
     one_line_error(
-        cli("analyze", str(big), env={"TRACEKIT_MAX_TRACE_BYTES": ""}),
+        run_cli("analyze", str(big), env={"TRACEKIT_MAX_TRACE_BYTES": ""}),
         "too large",
         "of available memory",
         "TRACEKIT_MAX_TRACE_BYTES",
@@ -196,20 +170,20 @@ def test_gzip_bomb(tmp_path: Path) -> None:
     (tmp_path / "rank0.json.gz").write_bytes(bomb)
     env = {"TRACEKIT_MAX_TRACE_BYTES": "1M"}
     one_line_error(
-        cli("analyze", str(tmp_path / "rank0.json.gz"), env=env),
+        run_cli("analyze", str(tmp_path / "rank0.json.gz"), env=env),
         "rank0.json.gz",
         "0.07 GB of JSON once uncompressed",
     )
     (tmp_path / "rank0.json.gz").write_bytes(bomb[:-4] + (100).to_bytes(4, "little"))
     one_line_error(
-        cli("analyze", str(tmp_path / "rank0.json.gz"), env=env),
+        run_cli("analyze", str(tmp_path / "rank0.json.gz"), env=env),
         "rank0.json.gz",
         "more than",
         "once uncompressed",
     )
     nothing_left(tmp_path, {"rank0.json.gz"})
     one_line_error(
-        cli("analyze", str(tmp_path), env={"TRACEKIT_MAX_TRACE_BYTES": "lots"}),
+        run_cli("analyze", str(tmp_path), env={"TRACEKIT_MAX_TRACE_BYTES": "lots"}),
         "TRACEKIT_MAX_TRACE_BYTES='lots' is not a number of bytes",
     )
 
@@ -225,7 +199,7 @@ def test_unreadable_file_and_folder(tmp_path: Path) -> None:
     (folder / "rank0.json.gz").chmod(0)
     try:
         one_line_error(
-            cli("analyze", str(folder), "--out", str(tmp_path / "a"), drop_root_read=True),
+            run_cli("analyze", str(folder), "--out", str(tmp_path / "a"), as_user=True),
             str(folder / "rank0.json.gz"),
             "cannot read the file (Permission denied)",
         )
@@ -234,12 +208,12 @@ def test_unreadable_file_and_folder(tmp_path: Path) -> None:
         sub.mkdir()
         sub.chmod(0)
         one_line_error(
-            cli("analyze", str(folder), "--out", str(tmp_path / "a"), drop_root_read=True),
+            run_cli("analyze", str(folder), "--out", str(tmp_path / "a"), as_user=True),
             str(sub),
             "cannot read the folder (Permission denied)",
         )
         one_line_error(
-            cli("analyze", str(sub / "rank1.json.gz"), drop_root_read=True),
+            run_cli("analyze", str(sub / "rank1.json.gz"), as_user=True),
             str(sub / "rank1.json.gz"),
             "Permission denied",
         )

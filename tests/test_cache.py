@@ -9,19 +9,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import HTA, SAMPLES, run_cli
+from conftest import HTA, SAMPLES, run_cli, spy_parses
 from polars.testing import assert_frame_equal
 
 from tracekit import cache
 from tracekit.analyze import analyze
-from tracekit.ingest import kineto
 from tracekit.ingest.kineto import read_traces
 
 TRACE_FILTER = sorted((HTA / "trace_filter").glob("*.json.gz"))
@@ -43,19 +40,6 @@ def fresh() -> tuple[list, pl.DataFrame]:
     return read_traces(TRACE_FILTER, workers=1, cache=False)
 
 
-def _parse_spy(monkeypatch) -> list[Path]:
-    """Record every file ingest really parses (the cache exists to avoid those)."""
-    parsed: list[Path] = []
-    real = kineto.read_trace
-
-    def spy(path, rank=None):
-        parsed.append(Path(path))
-        return real(path, rank)
-
-    monkeypatch.setattr(kineto, "read_trace", spy)
-    return parsed
-
-
 def test_entries_are_written_to_the_cache_folder_and_read_back_identical(
     traces, fresh, monkeypatch
 ):
@@ -67,7 +51,7 @@ def test_entries_are_written_to_the_cache_folder_and_read_back_identical(
         assert entry.name.startswith(t.name.removesuffix(".json.gz") + "-")
         assert not cache.beside(t).exists(), "never beside the trace"
     assert_frame_equal(events, fresh[1])
-    parsed = _parse_spy(monkeypatch)
+    parsed = spy_parses(monkeypatch)
     infos2, events2 = read_traces(traces, workers=1, cache=None)
     assert parsed == [], "a matching entry is read, the JSON is not parsed"
     assert_frame_equal(events2, fresh[1])
@@ -84,7 +68,7 @@ def test_a_changed_trace_is_parsed_again(traces, monkeypatch):
     read_traces(traces, workers=1, cache=True)
     stat = traces[0].stat()
     os.utime(traces[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: new mtime
-    parsed = _parse_spy(monkeypatch)
+    parsed = spy_parses(monkeypatch)
     read_traces(traces, workers=1, cache=True)
     assert parsed == [traces[0]]
     assert cache.read_meta(cache.in_dir(traces[0]))["key"] == cache.key(traces[0]), (
@@ -99,7 +83,7 @@ def test_entries_of_other_code_or_damaged_are_ignored(traces, fresh, monkeypatch
     meta = cache.read_meta(entry)
     meta["key"]["code"] = "0.0.0+other-ingest-code"
     pl.read_parquet(entry).write_parquet(entry, metadata={"tracekit.cache": json.dumps(meta)})
-    parsed = _parse_spy(monkeypatch)
+    parsed = spy_parses(monkeypatch)
     _, events = read_traces(traces, workers=1, cache=None)
     assert sorted(parsed) == sorted(traces)
     assert_frame_equal(events, fresh[1])
@@ -142,7 +126,7 @@ def test_the_python_api_reads_entries_but_writes_none_by_default(traces, monkeyp
     analyze(traces[0].parent, cache=True)
     assert len(list(cache.default_dir().glob("*.events.parquet"))) == 2
     assert not list(traces[0].parent.glob("*.events.parquet"))
-    parsed = _parse_spy(monkeypatch)
+    parsed = spy_parses(monkeypatch)
     result = analyze(traces[0].parent)
     assert parsed == [] and [r["rank"] for r in result.summary["ranks"]] == [0, 1]
 
@@ -166,7 +150,7 @@ def test_ingest_at_source(tmp_path, monkeypatch):
     for trace in sorted((run / "traces").glob("rank*.json.gz")):
         entry = write_events_parquet(trace)
         assert entry == trace.with_name(trace.name.replace(".json.gz", ".events.parquet"))
-    parsed = _parse_spy(monkeypatch)
+    parsed = spy_parses(monkeypatch)
     result = analyze(run)
     assert parsed == [], "the analysis used the ranks' own parquet"
     assert result.summary["ranks"] == reference.summary["ranks"]
@@ -190,13 +174,12 @@ def test_the_cache_folder_is_capped_least_recently_used_first(traces):
 
 
 def test_a_bad_cache_cap_is_one_line(traces, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "tracekit.cli", "analyze", str(traces[0].parent)]
-        + ["--out", str(tmp_path / "an")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TRACEKIT_CACHE_MAX_BYTES": "lots"},
-        timeout=300,
+    proc = run_cli(
+        "analyze",
+        str(traces[0].parent),
+        "--out",
+        str(tmp_path / "an"),
+        env={"TRACEKIT_CACHE_MAX_BYTES": "lots"},
     )
     assert proc.returncode == 2 and proc.stderr.startswith("tracekit: TRACEKIT_CACHE_MAX_BYTES=")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr

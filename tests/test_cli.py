@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import ctypes
 import gzip
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import HTA, ROOT, run_cli
+from conftest import HTA, run_cli
 
 
 def assert_one_line_error(proc, *needles: str) -> None:
@@ -67,26 +64,6 @@ def test_damaged_run_json(tmp_path):
     assert_one_line_error(proc, "run.json", "damaged")
 
 
-def run_as_user(*args: str) -> subprocess.CompletedProcess:
-    """`tracekit ARGS`; as root, without the capabilities that let root write anywhere
-    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so that folder permissions apply as to a user."""
-
-    def drop() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        for cap in (1, 2):
-            if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP: gone after exec
-                raise OSError(ctypes.get_errno(), "prctl")
-
-    return subprocess.run(
-        [sys.executable, "-m", "tracekit.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        preexec_fn=drop if os.geteuid() == 0 else None,
-    )
-
-
 @pytest.fixture
 def read_only_traces(tmp_path):
     """A read-only copy of HTA's trace_filter (a shared archive of someone else's traces)."""
@@ -101,8 +78,8 @@ def read_only_traces(tmp_path):
 
 
 def test_unwritable_output_suggests_out(read_only_traces):
-    proc = run_as_user(
-        "analyze", str(read_only_traces), "--out", str(read_only_traces.parent / "a")
+    proc = run_cli(
+        "analyze", str(read_only_traces), "--out", str(read_only_traces.parent / "a"), as_user=True
     )
     assert_one_line_error(proc, "--out")
 
@@ -110,12 +87,12 @@ def test_unwritable_output_suggests_out(read_only_traces):
 def test_read_only_input_folder_needs_out_and_works_with_it(read_only_traces, tmp_path):
     """Writing beside a read-only folder fails clearly, --out works, the cache goes to the
     cache folder: the archive is left as it was."""
-    refused = run_as_user("analyze", str(read_only_traces))
+    refused = run_cli("analyze", str(read_only_traces), as_user=True)
     assert_one_line_error(refused, "--out", "read-only")
     names = ["sampled_rank-0.json.gz", "sampled_rank-1.json.gz"]
     assert sorted(p.name for p in read_only_traces.iterdir()) == names
     out = tmp_path / "analysis"
-    proc = run_as_user("analyze", str(read_only_traces), "--out", str(out))
+    proc = run_cli("analyze", str(read_only_traces), "--out", str(out), as_user=True)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert [r["rank"] for r in summary["ranks"]] == [0, 1]

@@ -17,14 +17,13 @@ JSON, written here): they hold the rules in place when the public corpus is not 
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from builders.traces import write_trace
+from conftest import run_cli
 from corpus_reference import breakdown, load
 
 from tracekit.analyze import analyze
@@ -128,12 +127,6 @@ def test_idle_and_compute_match_hta_definitions(unit):
 # --- the schema variants in miniature -------------------------------------------------------
 
 
-def _write(path: Path, trace: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
-    return path
-
-
 def _steps(pid: int, n: int, length: float = 100.0) -> list[dict]:
     return [
         {"ph": "X", "cat": "Operator", "name": f"ProfilerStep#{k}", "pid": pid, "tid": pid,
@@ -164,7 +157,7 @@ def _old_schema_trace() -> dict:
 def test_old_schema_categories_are_device_work(tmp_path):
     """Before: 'Kernel'/'Memcpy' were not device categories: 100 % idle, compute 0."""
     trace = _old_schema_trace()
-    f = _write(tmp_path / "rank0.json.gz", trace)
+    f = write_trace(tmp_path / "rank0.json.gz", trace)
     (rank,) = analyze(f, cache=False).summary["ranks"]
     ref = breakdown(trace)
     assert ref.idle_pct is not None and 0 < ref.idle_pct < 100
@@ -193,7 +186,7 @@ def _mtia_trace() -> dict:
 def test_mtia_device_events_are_the_device_timeline(tmp_path):
     """Before: MTIA traces were analysed as CPU traces (idle from cpu_op gaps)."""
     trace = _mtia_trace()
-    f = _write(tmp_path / "mtia_rank_0.json.gz", trace)
+    f = write_trace(tmp_path / "mtia_rank_0.json.gz", trace)
     result = analyze(f, cache=False)
     (rank,) = result.summary["ranks"]
     ref = breakdown(trace)
@@ -217,7 +210,7 @@ def test_launches_without_kernels_are_named(tmp_path):
         {"ph": "X", "cat": "cuda_profiler_range", "name": "range", "pid": 0, "tid": 7,
          "ts": 15 + 50 * k, "dur": 5} for k in range(5)
     ]  # fmt: skip
-    f = _write(tmp_path / "rank0.json.gz", {"schemaVersion": 1, "traceEvents": events})
+    f = write_trace(tmp_path / "rank0.json.gz", {"schemaVersion": 1, "traceEvents": events})
     warnings = analyze(f, cache=False).summary["warnings"]
     (line,) = [w for w in warnings if CPU_ONLY in w]
     assert line.startswith("rank0.json.gz: cuda runtime calls that launch device work")
@@ -229,7 +222,7 @@ def test_unknown_categories_are_named(tmp_path):
     trace["traceEvents"].append(
         {"ph": "X", "cat": "npu_kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20, "dur": 5}
     )
-    f = _write(tmp_path / "rank0.json.gz", trace)
+    f = write_trace(tmp_path / "rank0.json.gz", trace)
     warnings = analyze(f, cache=False).summary["warnings"]
     assert any("categories this tracekit does not know: npu_kernel x1" in w for w in warnings)
 
@@ -241,8 +234,8 @@ def _et() -> dict:
 
 def test_folder_with_execution_trace_skips_it(tmp_path):
     """Before: the whole folder was refused ('not a Kineto trace')."""
-    _write(tmp_path / "rank0.json.gz", _old_schema_trace())
-    _write(tmp_path / "model_et.json.gz", _et())
+    write_trace(tmp_path / "rank0.json.gz", _old_schema_trace())
+    write_trace(tmp_path / "model_et.json.gz", _et())
     (tmp_path / "config.json").write_text(json.dumps({"lr": 0.1}))
     result = analyze(tmp_path, cache=False)
     assert [r["rank"] for r in result.summary["ranks"]] == [0]
@@ -252,20 +245,8 @@ def test_folder_with_execution_trace_skips_it(tmp_path):
 
 
 def test_folder_of_only_execution_traces_is_one_line_error(tmp_path):
-    _write(tmp_path / "model_et.json.gz", _et())
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tracekit.cli",
-            "analyze",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "o"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    write_trace(tmp_path / "model_et.json.gz", _et())
+    run = run_cli("analyze", str(tmp_path), "--out", str(tmp_path / "o"))
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         f"tracekit: {tmp_path / 'model_et.json.gz'}: not a Kineto trace "

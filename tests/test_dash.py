@@ -3,8 +3,8 @@
 ROOT is a temporary folder holding a copy of the HTA trace_filter traces, a copy of it whose
 longest kernel is renamed to an XSS payload, the committed sample runs (if any), a symlink
 that leads out of ROOT and a run whose trace is a symlink out of ROOT. Two analyses are added
-in memory: the synthetic 4-stage pipeline run of test_figures.py and a 64-rank, 1,000,000-event
-one for draw-time measurements. Screenshots go to tests/_artifacts/.
+in memory: the synthetic 4-stage pipeline run of tests/builders/analyses.py and a 64-rank,
+1,000,000-event one for draw-time measurements. Screenshots go to tests/_artifacts/.
 """
 
 from __future__ import annotations
@@ -21,16 +21,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import serve_flask
-from test_figures import XSS, big_analysis, synthetic_analysis
-from test_report import xss_trace_folder
+from builders.analyses import big_analysis, synthetic_analysis
+from builders.traces import XSS, xss_trace_folder
+from conftest import HTA, serve_flask
 
 from tracekit import runfolder
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
-HTA = REPO / "tests" / "data" / "corpus" / "hta"
 ARTIFACTS = REPO / "tests" / "_artifacts"
 SECRET = "TOP-SECRET-OUTSIDE-ROOT-7f3a"
 LAUNCH_ARGS = [

@@ -7,25 +7,20 @@ defined order and every number (clock offsets included) comes from a defined com
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import SAMPLES, run_cli
 
 
 def _analyze(sample: str, out: Path, seed: int) -> bytes:
-    env = dict(os.environ, PYTHONHASHSEED=str(seed), PYTHONUNBUFFERED="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "tracekit.cli", "analyze", str(SAMPLES / sample), "--no-cache"]
-        + ["--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=env,
+    done = run_cli(
+        "analyze",
+        str(SAMPLES / sample),
+        "--no-cache",
+        "--out",
+        str(out),
+        env={"PYTHONHASHSEED": str(seed)},
     )
     assert done.returncode == 0, done.stderr
     return (out / "summary.json").read_bytes()

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import torchrun
 
 from instrumented_runs.model import GPTConfig
 from instrumented_runs.single import train_single
@@ -33,7 +31,6 @@ RUN_JSON_KEYS = {
     "status",
     "errors",
 }
-REPO = Path(__file__).resolve().parents[1]
 STEPS, WARMUP = 3, 1
 
 
@@ -163,29 +160,9 @@ def test_side_files(dp_run: Path) -> None:
 
 
 def test_runs_under_plain_torchrun(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            "-m",
-            "instrumented_runs.dp",
-            "--out",
-            str(tmp_path),
-            "--steps",
-            "2",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    torchrun(
+        "-m", "instrumented_runs.dp", "--out", tmp_path, "--steps", "2", timeout=120, cwd=tmp_path
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert run.name.startswith("dp-")
     data = runfolder.load_run_json(run)

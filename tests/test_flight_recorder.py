@@ -7,15 +7,13 @@ the module fixture runs the same script again so the installed torch is exercise
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import hypothesis.strategies as st
 import polars as pl
 import pytest
+from conftest import torchrun
 from hypothesis import HealthCheck, given, settings
 
 from tracekit.errors import TracekitError
@@ -58,24 +56,7 @@ def live_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("fr")
     script = out / "fr_job.py"
     script.write_text(FR_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(script),
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    torchrun(script, out, timeout=180)
     return out
 
 

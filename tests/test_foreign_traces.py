@@ -5,18 +5,15 @@ traces rewritten)."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import HTA, SAMPLES, run_cli
+from builders.traces import read_gz, write_trace
+from conftest import HTA, SAMPLES, run_cli, torchrun
 
 from tracekit.analyze import analyze
 from tracekit.errors import TracekitError
@@ -52,37 +49,10 @@ def cycles(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four real files <host>_<pid>.<ns>.pt.trace.json.gz: two cycles of each of two ranks."""
     root = tmp_path_factory.mktemp("tb")
     (root / "job.py").write_text(TB_JOB)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(root / "job.py"),
-            str(root / "traces"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=root,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun(root / "job.py", root / "traces", cwd=root)
     files = sorted((root / "traces").glob("*.pt.trace.json.gz"))
     assert len(files) == 4
     return root / "traces"
-
-
-def load(path: Path) -> dict:
-    return json.loads(gzip.decompress(path.read_bytes()))
-
-
-def save(path: Path, trace: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
-    return path
 
 
 def warned(result, *needles: str) -> list[str]:
@@ -260,10 +230,10 @@ def test_one_rank_from_two_runs(tmp_path: Path, cycles: Path) -> None:
 
 def test_one_host_no_overlap_is_not_one_job(tmp_path: Path) -> None:
     """rank 1 of an hour later, same host: two runs that happen to make a full set."""
-    save(tmp_path / "rank0.json.gz", load(DP / "rank0.json.gz"))
-    later = load(DP / "rank1.json.gz")
+    write_trace(tmp_path / "rank0.json.gz", read_gz(DP / "rank0.json.gz"))
+    later = read_gz(DP / "rank1.json.gz")
     later["baseTimeNanoseconds"] += 3600 * 10**9
-    save(tmp_path / "rank1.json.gz", later)
+    write_trace(tmp_path / "rank1.json.gz", later)
     proc = run_cli("analyze", str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "rank0.json.gz and rank1.json.gz come from one host" in proc.stderr
@@ -275,11 +245,11 @@ def test_one_host_no_overlap_is_not_one_job(tmp_path: Path) -> None:
 
 def test_hosts_with_skewed_clocks(tmp_path: Path) -> None:
     """rank 1 'on another host' whose clock runs 3 s ahead: kept per file, analysed, no crash."""
-    r0, r1 = load(DP / "rank0.json.gz"), load(DP / "rank1.json.gz")
+    r0, r1 = read_gz(DP / "rank0.json.gz"), read_gz(DP / "rank1.json.gz")
     r0["host_name"], r1["host_name"] = "node-a", "node-b"
     r1["baseTimeNanoseconds"] += 3 * 10**9
-    save(tmp_path / "rank0.json.gz", r0)
-    save(tmp_path / "rank1.json.gz", r1)
+    write_trace(tmp_path / "rank0.json.gz", r0)
+    write_trace(tmp_path / "rank1.json.gz", r1)
     infos, _ = read_traces(find_trace_files(tmp_path), workers=1)
     assert [(i.host_name, i.base_ns) for i in infos] == [
         ("node-a", r0["baseTimeNanoseconds"]),

@@ -9,9 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
 import time
 import tracemalloc
@@ -20,6 +17,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from builders.damage import SEEDS, damaged, seed_traces
+from builders.traces import CPU_ONLY, NCCL_DATA, small_trace
+from conftest import HTA, torchrun
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,10 +31,7 @@ from tracekit.ingest.kineto_files import _gunzip
 from tracekit.ingest.kineto_info import NO_RANK_WARNING
 from tracekit.runfolder import find_trace_files
 
-HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
 TRACE_FILTER = [HTA / "trace_filter" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
-NCCL_DATA = HTA / "nccl_parser_config" / "nccl_data.json.gz"
-CPU_ONLY = HTA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 AMD = HTA / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 ALEXNET = HTA / "critical_path" / "alexnet" / "benchmark_result_2869224_1695835535_trace.json.gz"
 NO_RANK = HTA / "rank_unavailable" / "rank_not_found.json.gz"
@@ -235,24 +232,7 @@ def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     root = tmp_path_factory.mktemp("gloo")
     script = root / "job.py"
     script.write_text(GLOO_JOB)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(script),
-            str(root),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun(script, root, timeout=240)
     paths = [root / f"trace.rank{r}.json.gz" for r in (0, 1)]
     assert all(p.is_file() for p in paths)
     return paths
@@ -323,10 +303,6 @@ def test_gloo_collective_columns(gloo_traces: list[Path], rank: int) -> None:
 
 
 # --- bad input -----------------------------------------------------------------------------
-
-
-def small_trace() -> dict:
-    return json.loads(gzip.decompress(CPU_ONLY.read_bytes()))
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -539,76 +515,6 @@ def test_trace_info_is_plain_data() -> None:
 
 
 # --- property: damaged real traces never raise anything but TracekitError ---------------------
-
-JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(10**30), max_value=10**30)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-EVENT_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]
-ARG_KEYS = [
-    "stream",
-    "correlation",
-    "External id",
-    "Input Dims",
-    "Input type",
-    "Concrete Inputs",
-    "Collective name",
-    "In msg nelems",
-    "dtype",
-    "Group size",
-    "Process Group Ranks",
-    "name",
-]
-TOP_KEYS = ["distributedInfo", "baseTimeNanoseconds", "deviceProperties", "host_name"]
-
-
-@st.composite
-def damaged(draw: st.DrawFn, seed: dict) -> bytes:
-    """A real trace, changed in JSON (values replaced) and/or in bytes (cut, flipped, inserted)."""
-    trace = json.loads(json.dumps(seed))
-    events = trace["traceEvents"]
-    for _ in range(draw(st.integers(0, 4))):
-        where = draw(st.sampled_from(["event", "arg", "top", "rank"]))
-        value = draw(JSON_VALUES)
-        if where == "event":
-            events[draw(st.integers(0, len(events) - 1))][draw(st.sampled_from(EVENT_KEYS))] = value
-        elif where == "arg":
-            event = events[draw(st.integers(0, len(events) - 1))]
-            if isinstance(event.get("args"), dict):
-                event["args"][draw(st.sampled_from(ARG_KEYS))] = value
-        elif where == "top":
-            trace[draw(st.sampled_from(TOP_KEYS))] = value
-        elif isinstance(trace.get("distributedInfo"), dict):
-            trace["distributedInfo"][draw(st.sampled_from(["rank", "pg_config"]))] = value
-    data = bytearray(json.dumps(trace).encode())
-    for _ in range(draw(st.integers(0, 3))):
-        op = draw(st.sampled_from(["cut", "flip", "insert"]))
-        at = draw(st.integers(0, max(len(data) - 1, 0)))
-        if op == "cut":
-            del data[at:]
-        elif op == "flip" and data:
-            data[at] ^= draw(st.integers(1, 255))
-        elif op == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=4))
-    return gzip.compress(bytes(data)) if draw(st.booleans()) else bytes(data)
-
-
-def seed_traces() -> list[dict]:
-    """Two small real traces: gloo CPU (cpu_only) and the first events of a GPU rank."""
-    gpu = json.loads(gzip.decompress(NCCL_DATA.read_bytes()))
-    comm = [e for e in gpu["traceEvents"] if "Collective name" in e.get("args", {})][:6]
-    gpu["traceEvents"] = [e for e in gpu["traceEvents"][:150] if e.get("ph") in ("X", "M")] + comm
-    return [small_trace(), gpu]
-
-
-SEEDS = seed_traces()
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

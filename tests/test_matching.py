@@ -7,15 +7,13 @@ the committed 2-rank DP sample covers the no-dump fallback.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import groups_job as job
 import polars as pl
 import pytest
+from conftest import torchrun
 
 from tracekit import runfolder
 from tracekit.analyses.groups import match_entries
@@ -35,25 +33,7 @@ S = job.ELEMS * 4  # bytes of the job's float32 tensor
 def groups_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("groups") / "groups-run"
     run.mkdir()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "4",
-            str(REPO / "tests" / "groups_job.py"),
-            str(run),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun(REPO / "tests" / "groups_job.py", run, nproc=4, timeout=600)
     return run
 
 

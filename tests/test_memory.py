@@ -17,6 +17,7 @@ from tracekit import runfolder, theory
 from tracekit.analyses.memory import sharding_degree, theory_for
 from tracekit.analyze import analyze
 from tracekit.ingest.kineto import read_trace, read_traces
+from tracekit.ingest.run_record import RunRecord
 
 PSI = GPTConfig().n_params()
 ZERO_SAMPLES = ("zero1", "zero2", "zero3")
@@ -170,19 +171,19 @@ def test_strategies_without_a_formula_keep_per_rank(tmp_path: Path) -> None:
 
 
 def test_sharding_degree_and_hsdp_theory() -> None:
-    run = {
-        "strategy": "hsdp",
-        "world_size": 4,
-        "precision": "fp32",
-        "config": {"params": PSI, "strategy_options": {"shard_size": 2, "replicate_size": 2}},
-    }
+    run = RunRecord.from_json(
+        {
+            "strategy": "hsdp",
+            "world_size": 4,
+            "precision": "fp32",
+            "config": {"params": PSI, "strategy_options": {"shard_size": 2, "replicate_size": 2}},
+        }
+    )
     assert sharding_degree(run) == 2
     assert theory_for(run)["model_states_bytes"] == 8 * PSI  # 16 Psi / 2: ZeRO-3 inside a node
-    run = {
-        "strategy": "zero2",
-        "world_size": 4,
-        "precision": "bf16-mixed",
-        "config": {"params": PSI},
-    }
+    run = RunRecord.from_json(
+        {"strategy": "zero2", "world_size": 4, "precision": "bf16-mixed", "config": {"params": PSI}}
+    )
     assert theory_for(run)["formula"] == "2Psi+14Psi/N" and theory_for(run)["n"] == 4
-    assert theory_for({"strategy": "tp", "world_size": 2, "config": {"params": PSI}}) is None
+    tp = RunRecord.from_json({"strategy": "tp", "world_size": 2, "config": {"params": PSI}})
+    assert theory_for(tp) is None

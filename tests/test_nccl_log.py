@@ -322,13 +322,15 @@ def _log_folders(tmp_path: Path) -> list[Path]:
 
 
 def test_topology_layout_is_rank_layout_on_every_log(tmp_path):
-    from tracekit.topology import nccl_layout
+    from tracekit.ingest.load import read_nccl
 
     runs = _log_folders(tmp_path)
     assert len(runs) >= 7
     for run in runs:
         direct = rank_layout(read_nccl_logs(run))
-        assert nccl_layout(run) == (direct or None), run
+        logs = read_nccl(run)
+        assert logs is not None, run
+        assert (logs.layout or None) == (direct or None), run
 
 
 def test_snippet_formats(tmp_path):

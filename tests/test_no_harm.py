@@ -296,14 +296,13 @@ def test_bad_rank_lists(tmp_path: Path, ranks: str, needle: str):
 
 @pytest.mark.parametrize("value", ["inf", "1e400", "nan", "-5G"])
 def test_max_trace_bytes_that_is_not_a_size(tmp_path: Path, value: str):
-    proc = subprocess.run(
-        [sys.executable, "-m", "tracekit.cli", "analyze", str(DP), "--no-cache"]
-        + ["--out", str(tmp_path / "an")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "TRACEKIT_MAX_TRACE_BYTES": value},
-        timeout=300,
+    proc = run_cli(
+        "analyze",
+        str(DP),
+        "--no-cache",
+        "--out",
+        str(tmp_path / "an"),
+        env={"TRACEKIT_MAX_TRACE_BYTES": value},
     )
     one_line_error(proc, "TRACEKIT_MAX_TRACE_BYTES", value)
     assert not (tmp_path / "an").exists()
@@ -500,24 +499,8 @@ def test_cache_goes_to_the_user_cache_dir_not_beside_the_traces(tmp_path: Path):
     shared = copy_run(tmp_path / "shared" / "dp")
     before = tree(shared)
     xdg = tmp_path / "xdg"
-    env = {k: v for k, v in os.environ.items() if k != "TRACEKIT_CACHE_DIR"}
-    env["XDG_CACHE_HOME"] = str(xdg)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tracekit.cli",
-            "analyze",
-            str(shared),
-            "--out",
-            str(tmp_path / "an"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
+    env: dict[str, str | None] = {"TRACEKIT_CACHE_DIR": None, "XDG_CACHE_HOME": str(xdg)}
+    proc = run_cli("analyze", str(shared), "--out", str(tmp_path / "an"), env=env)
     assert proc.returncode == 0, proc.stderr
     assert tree(shared) == before, "the shared run folder is left as it was"
     entries = sorted((xdg / "tracekit").glob("*.events.parquet"))
@@ -525,22 +508,8 @@ def test_cache_goes_to_the_user_cache_dir_not_beside_the_traces(tmp_path: Path):
     # --cache-dir puts them elsewhere; the size cap evicts the least recently used first
     other = tmp_path / "other-cache"
     env["TRACEKIT_CACHE_MAX_BYTES"] = str(max(e.stat().st_size for e in entries) + 1)
-    capped = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tracekit.cli",
-            "analyze",
-            str(shared),
-            "--out",
-            str(tmp_path / "an"),
-        ]
-        + ["--cache-dir", str(other)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
+    capped = run_cli(
+        "analyze", str(shared), "--out", str(tmp_path / "an"), "--cache-dir", str(other), env=env
     )
     assert capped.returncode == 0, capped.stderr
     assert len(list(other.glob("*.events.parquet"))) == 1, "capped: one entry kept"

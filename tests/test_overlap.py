@@ -3,15 +3,12 @@ CPU gloo, 2 ranks, generated here), and the interval arithmetic on frames built 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import SAMPLES, torchrun
 
 from tracekit.analyses.overlap import compute_intervals, overlap_summary, overlap_units
 from tracekit.analyze import Analysis, analyze
@@ -53,24 +50,7 @@ def fsdp2_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fsdp2")
     script = out / "job.py"
     script.write_text(FSDP2_JOB)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(script),
-            str(out / "run"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun(script, out / "run")
     return out / "run"
 
 

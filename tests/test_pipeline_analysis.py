@@ -4,17 +4,14 @@ torch.distributed.pipelining writes (a real 2-rank job), and the committed pipel
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, torchrun
 
 from tracekit import theory
-from tracekit.analyses.pipeline import parse_op, pipeline_ops
+from tracekit.analyses.pipeline_ops import parse_op, pipeline_ops
 from tracekit.analyses.replay import replay
 from tracekit.analyze import analyze
 
@@ -158,25 +155,7 @@ def test_no_pipeline_labels_no_section():
 @pytest.fixture(scope="module")
 def torch_traces(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("torch_pp")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(ROOT / "tests" / "pipelining_job.py"),
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=out,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    torchrun(ROOT / "tests" / "pipelining_job.py", out, cwd=out)
     return out
 
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLES, run_cli
 
-from tests.conftest import SAMPLES, run_cli
 from tracekit.analyses import predict as model
 from tracekit.analyses.predict_program import Call, Item, Program, common_origin
 from tracekit.errors import TracekitError

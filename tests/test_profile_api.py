@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, torchrun
 
 import tracekit
 from tracekit import runfolder
@@ -93,25 +93,7 @@ def torchrun_job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("user_job")
     script = root / "train.py"
     script.write_text(USER_JOB)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(script),
-            str(root / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=root,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = torchrun(script, root / "out", cwd=root, one_thread=False)  # torchrun's threads
     return _runs_from(proc.stdout)
 
 

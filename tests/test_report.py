@@ -6,7 +6,6 @@ must hold the report and nothing else afterwards (written to a temporary name, t
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import shutil
@@ -15,31 +14,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from builders.analyses import synthetic_analysis
+from builders.traces import TRACE_FILTER as TF
+from builders.traces import xss_trace_folder
 from conftest import run_cli
-from test_figures import XSS, synthetic_analysis
 
 from tracekit import figures as F
 from tracekit.analyze import analyze
 from tracekit.errors import TracekitError
 from tracekit.report import default_output, write_report
 
-HTA = Path(__file__).resolve().parent / "data" / "corpus" / "hta"
-TF = HTA / "trace_filter"
 CHROMIUM = Path("/usr/bin/chromium")
-
-
-def xss_trace_folder(dst: Path, src: Path = TF) -> Path:
-    """trace_filter with its longest GPU kernel renamed to an XSS payload."""
-    dst.mkdir(parents=True)
-    for f in sorted(src.glob("*.json.gz")):
-        doc = json.loads(gzip.decompress(f.read_bytes()))
-        kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
-        target = max(kernels, key=lambda e: e.get("dur", 0))["name"]
-        for e in doc["traceEvents"]:
-            if e.get("name") == target:
-                e["name"] = XSS
-        (dst / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return dst
 
 
 def _only(folder: Path) -> list[str]:

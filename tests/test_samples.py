@@ -6,6 +6,7 @@ import json
 
 import pytest
 from conftest import SAMPLES, run_cli
+from corpus_reference import differences, rank_seconds
 
 from tracekit.analyze import analyze
 from tracekit.runfolder import is_run_folder
@@ -14,15 +15,17 @@ RUNS = sorted(p for p in SAMPLES.iterdir() if is_run_folder(p)) if SAMPLES.is_di
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[p.name for p in RUNS])
-def test_sample_breakdown_identity(run):
+def test_sample_breakdown_recomputed_from_the_events(run):
+    """Every rank's span, compute, comm, overlap, exposed comm, other and idle against the same
+    numbers computed from the trace JSON in plain Python (tests/corpus_reference.py)."""
     result = analyze(run)
     meta = json.loads((run / "run.json").read_text())
     assert meta["status"] == "ok"
     assert [r["rank"] for r in result.summary["ranks"]] == list(range(meta["world_size"]))
+    ref = rank_seconds(sorted((run / "traces").glob("rank*.json.gz")))
+    assert differences(result.summary["ranks"], ref) == []
     for r in result.summary["ranks"]:
-        total = r["compute_s"] + r["exposed_comm_s"] + r["other_s"] + r["idle_s"]
-        assert total == pytest.approx(r["span_s"], rel=0.01)
-        assert r["comm_s"] > 0 and r["compute_s"] > 0
+        assert r["comm_s"] > 0 and r["compute_s"] > 0 and r["idle_s"] >= 0
         assert 0 <= r["overlap_s"] <= min(r["comm_s"], r["compute_s"])
     assert result.summary["window"] == {**result.summary["window"], "kind": "complete_steps"}
 

@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import HTA, run_cli
+from conftest import HTA, run_cli, spy_parses
 
 from tracekit.analyze import analyze
-from tracekit.ingest import kineto
 from tracekit.ingest.kineto_info import peek_distributed_info, peek_rank
 from tracekit.ingest.selection import select, spread
 
@@ -40,18 +39,6 @@ def job(tmp_path_factory) -> Path:
         )
         (folder / f"host_{'abcdef'[r]}.json.gz").write_bytes(gzip.compress(text.encode(), 1))
     return folder
-
-
-def _parse_spy(monkeypatch) -> list[Path]:
-    parsed: list[Path] = []
-    real = kineto.read_trace
-
-    def spy(path, rank=None):
-        parsed.append(Path(path))
-        return real(path, rank)
-
-    monkeypatch.setattr(kineto, "read_trace", spy)
-    return parsed
 
 
 def test_peek_reads_the_rank_from_the_head_of_real_traces(job):
@@ -84,7 +71,7 @@ def test_peek_of_plain_json_and_of_damaged_files(tmp_path):
 
 
 def test_ranks_select_by_distributed_info_without_parsing_the_others(job, monkeypatch):
-    parsed = _parse_spy(monkeypatch)
+    parsed = spy_parses(monkeypatch)
     result = analyze(job, ranks=[1, 4], cache=False)
     assert [r["rank"] for r in result.summary["ranks"]] == [1, 4]
     assert sorted(p.name for p in parsed) == ["host_b.json.gz", "host_e.json.gz"]
@@ -93,7 +80,7 @@ def test_ranks_select_by_distributed_info_without_parsing_the_others(job, monkey
 
 
 def test_sample_spreads_over_the_job_and_says_so(job, monkeypatch):
-    parsed = _parse_spy(monkeypatch)
+    parsed = spy_parses(monkeypatch)
     result = analyze(job, sample=3, cache=False)
     assert [r["rank"] for r in result.summary["ranks"]] == [0, 3, 5]  # first, middle, last
     assert len(parsed) == 3
@@ -143,7 +130,7 @@ def test_files_that_say_their_rank_only_inside_are_read_then_filtered(tmp_path, 
         }
         (tmp_path / f"job_{r}.json.gz").write_bytes(gzip.compress(json.dumps(late).encode(), 1))
     assert peek_rank(tmp_path / "job_0.json.gz") is None  # 64 KB of events first
-    parsed = _parse_spy(monkeypatch)
+    parsed = spy_parses(monkeypatch)
     result = analyze(tmp_path, ranks=[1], cache=False)
     assert [r["rank"] for r in result.summary["ranks"]] == [1]
     assert len(parsed) == 2

@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from builders.damage import SEEDS, damaged
+from conftest import HTA
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
-from test_ingest import HTA, SEEDS, damaged
 
 from tracekit.errors import TracekitError
 from tracekit.ingest import kineto, kineto_decode, kineto_files

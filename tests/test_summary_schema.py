@@ -48,7 +48,7 @@ SHORT_COLLECTIVES = {  # what collectives_summary writes for an input without ca
 
 
 def written(summary: dict[str, Any]) -> str:
-    """What write_analysis writes for a summary dict (tracekit/analyze.py)."""
+    """What write_analysis writes for a summary dict (tracekit/analysis_folder.py)."""
     return json.dumps(summary, indent=2, default=str) + "\n"
 
 

@@ -1,13 +1,24 @@
-"""The interval algebra on hand-built traces whose every number is known in advance."""
+"""The interval algebra on hand-built traces whose every number is known in advance.
+
+The same two ranks go in as events (the timeline's functions) and as Kineto JSON files
+(``tracekit.analyze``, ingest included); every ranks[] number must be the one worked out by hand
+from the intervals (``KNOWN``), and so must the plain-Python reference's
+(tests/corpus_reference.py) that the tests on real traces compare with.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pytest
+from builders.analyses import event_frame
+from builders.traces import complete, kineto, thread_name, write_trace
+from corpus_reference import differences, rank_seconds
 
 from tracekit import timeline
 from tracekit.analyses import breakdown
-from tracekit.events import EVENT_SCHEMA
+from tracekit.analyze import analyze
 
 
 def ev(
@@ -24,8 +35,7 @@ def ev(
     correlation=None,
     op=None,
 ):
-    row = {k: None for k in EVENT_SCHEMA}
-    row.update(
+    return dict(
         rank=rank,
         name=name,
         start_ns=start,
@@ -40,11 +50,6 @@ def ev(
         op=op,
         stream=int(tid) if device == "gpu" else None,
     )
-    return row
-
-
-def frame(rows):
-    return pl.DataFrame(rows, schema=EVENT_SCHEMA)
 
 
 CPU_RANK = [
@@ -113,8 +118,60 @@ GPU_RANK = [
 ]
 
 
+# Every ranks[] number of CPU_RANK (rank 0) and GPU_RANK (rank 1) in ns, from the intervals by hand.
+KNOWN = {
+    # window [0,200], the two steps. compute: [10,40] [50,60] [110,150] [170,175] = 85 (the view
+    # runs inside the gloo:send, whose peer is unknown: an op nested in it is compute; the
+    # runloop's copy_ is not); comm: [30,80] (holding the c10d call [60,65]) [160,190] = 80;
+    # overlap: [30,40] [50,60] [170,175] = 25; idle: [0,10] [80,110] [150,160] [190,200] = 60
+    0: {"span": 200, "compute": 85, "comm": 80, "overlap": 25, "exposed_comm": 55, "other": 0,
+        "idle": 60},
+    # window [100,1600]: the kernels launched before the last step starts (not correlation 4).
+    # compute: [100,300] [1500,1600] = 300; comm: [200,500] = 300; overlap: [200,300] = 100;
+    # other: the memcpy [600,700] = 100; idle: [500,600] [700,1500] = 900
+    1: {"span": 1500, "compute": 300, "comm": 300, "overlap": 100, "exposed_comm": 200,
+        "other": 100, "idle": 900},
+}  # fmt: skip
+
+
+def known_ranks() -> list[dict]:
+    """KNOWN as the summary's ranks[] rows (seconds)."""
+    return [
+        {"rank": r, **{f"{k}_s": ns * 1e-9 for k, ns in known.items()}}
+        for r, known in KNOWN.items()
+    ]
+
+
+def as_kineto(rows: list[dict]) -> list[dict]:
+    """The event rows as torch.profiler writes them: device events on pid 0 with a stream per
+    tid, host events on pid 100, named threads with their metadata event."""
+    events, named = [], set()
+    for r in rows:
+        gpu = r["device"] == "gpu"
+        pid, tid = (0 if gpu else 100), int(r["tid"])
+        args = {} if r["correlation"] is None else {"correlation": r["correlation"]}
+        if gpu:
+            args["stream"] = tid
+        events.append(
+            complete(r["name"], r["cat"], r["start_ns"], r["end_ns"], pid=pid, tid=tid, **args)
+        )
+        if r["thread_name"] and (pid, tid) not in named:
+            named.add((pid, tid))
+            events.append(thread_name(pid, tid, r["thread_name"]))
+    return events
+
+
+@pytest.fixture
+def hand_built(tmp_path: Path) -> list[Path]:
+    """The two ranks as the Kineto files of a 2-rank job."""
+    return [
+        write_trace(tmp_path / "job" / f"rank{rank}.json.gz", kineto(as_kineto(rows), rank, 2))
+        for rank, rows in ((0, CPU_RANK), (1, GPU_RANK))
+    ]
+
+
 def run_pipeline(rows, gpu_ranks):
-    events = frame(rows)
+    events = event_frame(rows)
     windows = timeline.analysis_windows(events, gpu_ranks)
     iv = timeline.intervals(events, windows, gpu_ranks)
     windows = timeline.refine_gpu_windows(windows, iv, gpu_ranks)
@@ -147,7 +204,7 @@ def test_cpu_rank_every_number_exact():
 
 
 def test_runloop_thread_found_by_name_and_by_content():
-    events = frame(CPU_RANK)
+    events = event_frame(CPU_RANK)
     loops = timeline.runloop_threads(events)
     assert loops.select("rank", "tid").rows() == [(0, "2")]
     unnamed = events.with_columns(pl.lit(None, pl.Utf8).alias("thread_name")).filter(
@@ -166,16 +223,28 @@ def test_gpu_rank_hta_rules():
     assert totals["overlap"] == 100
     assert totals["comm"] == 200
     assert totals["other"] == 100
-    assert totals["idle"] == 1500 - 300 - 200 - 100
+    assert totals["idle"] == 100 + 800  # [500,600] [700,1500]
 
 
-def test_two_ranks_together_and_sum_identity():
+def test_two_ranks_together_every_number():
     events, windows, seg = run_pipeline(CPU_RANK + GPU_RANK, {1})
     table = breakdown.rank_breakdown(seg, windows, timeline.step_markers(events), {0: 0, 1: 1})
-    for r in table.iter_rows(named=True):
-        total = r["compute_s"] + r["exposed_comm_s"] + r["other_s"] + r["idle_s"]
-        assert total == pytest.approx(r["span_s"], rel=1e-12)
+    assert differences(table.iter_rows(named=True), {r["rank"]: r for r in known_ranks()}) == []
     assert table["node"].to_list() == [0, 1]
+
+
+def test_hand_built_kineto_job_every_number(hand_built: list[Path]):
+    """Ingest, timeline and breakdown together, from the JSON files."""
+    result = analyze(hand_built[0].parent, cache=False)
+    ranks = result.summary["ranks"]
+    assert differences(ranks, {r["rank"]: r for r in known_ranks()}) == []
+    assert [(r["window_start_ns"], r["window_end_ns"]) for r in ranks] == [(0, 200), (100, 1600)]
+
+
+def test_reference_gets_the_hand_built_numbers(hand_built: list[Path]):
+    """The plain-Python reference the real-trace tests compare with is right where the answer
+    is known."""
+    assert differences(known_ranks(), rank_seconds(hand_built)) == []
 
 
 def test_trace_without_step_markers_uses_whole_trace():

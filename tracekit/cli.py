@@ -257,7 +257,8 @@ def analyze_cmd(
     scheduler: str | None,
 ) -> None:
     """Analyse a run folder, a folder of Kineto traces, or one trace."""
-    from tracekit.analyze import analyze, check_out, default_out_dir, write_analysis
+    from tracekit.analysis_folder import check_out, default_out_dir, write_analysis
+    from tracekit.analyze import analyze
 
     t0 = time.perf_counter()
     target = out or default_out_dir(path)
@@ -336,7 +337,8 @@ def demo_cmd(out: Path, only: str | None) -> None:
     The terminal shows one progress line per run; the ranks' output goes to each run's logs/."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from tracekit.analyze import analyze, default_out_dir, write_analysis
+    from tracekit.analysis_folder import default_out_dir, write_analysis
+    from tracekit.analyze import analyze
     from tracekit.launch import RunOptions, run_job
     from tracekit.report import write_report
     from tracekit.runfolder import load_run_json

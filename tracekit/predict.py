@@ -277,7 +277,7 @@ def compare(models: Sequence[Model], lo: float, hi: float, intra: float | None, 
 
 
 def default_output(path: Path) -> Path:
-    from tracekit.analyze import default_out_dir
+    from tracekit.analysis_folder import default_out_dir
 
     return default_out_dir(Path(path)) / "prediction.json"
 

@@ -186,22 +186,40 @@ def _run_json_problem(data: dict[str, Any]) -> str | None:
     return None
 
 
-def run_status_line(run: dict[str, Any]) -> str:
-    """One line on how the run ended: status and each error's rank, kind and message."""
-    status = run.get("status")
-    if status == "running":
-        return (
-            "the run's status is 'running': it never finished (killed before it could say, "
-            "or still running)"
-        )
-    errors = [e for e in run.get("errors") or [] if isinstance(e, dict)]
-    parts = []
-    for e in errors[:4]:
-        who = "the job" if e.get("rank") is None else f"rank {e.get('rank')}"
-        message = " ".join(str(e.get("message", "")).split())[:200]
-        parts.append(f"{who} {e.get('kind', 'error')}: {message}")
-    more = f"; and {len(errors) - 4} more" if len(errors) > 4 else ""
-    return f"the run's status is {status!r}" + (": " + "; ".join(parts) + more if parts else "")
+def flight_recorder_dumps(path: Path) -> list[Path]:
+    """Flight-recorder JSON dumps of a run folder (nccl/) or a foreign folder (fr_rank*.json,
+    nccl_trace_rank*.json); for a trace file, those beside it. Listed, not read."""
+    path = Path(path)
+    if not path.is_dir():
+        path = path.parent
+    found = []
+    nccl = nccl_dir(path)
+    if nccl.is_dir():
+        found += sorted(p for p in nccl.glob("*.json") if not p.name.startswith("."))
+    found += sorted(p for pat in ("fr_rank*.json", "nccl_trace_rank*.json") for p in path.glob(pat))
+    return list(dict.fromkeys(found))
+
+
+def nccl_log_dir(path: Path) -> Path | None:
+    """PATH/nccl/ when PATH is a folder whose nccl/ holds NCCL_DEBUG logs (*.log, *.log.gz,
+    *.txt), else None."""
+    folder = nccl_dir(Path(path)) if Path(path).is_dir() else None
+    if folder is None or not folder.is_dir():
+        return None
+    if not any(p.name.endswith((".log", ".log.gz", ".txt")) for p in folder.iterdir()):
+        return None
+    return folder
+
+
+def memory_ranks(path: Path) -> set[int]:
+    """Ranks R with a memory/rank<R>.json in folder PATH: the folder is listed, so a declared
+    world size of 10^9 costs nothing (it is never looped over); empty when unreadable."""
+    try:
+        names = [p.name for p in memory_path(Path(path), 0).parent.iterdir()]
+    except OSError:
+        return set()
+    found = (re.fullmatch(r"rank(\d{1,10})\.json", n) for n in names)
+    return {int(m.group(1)) for m in found if m}
 
 
 def load_json_if_present(path: Path) -> Any | None:

@@ -12,7 +12,12 @@ so compute + exposed_comm + other + idle = span exactly (integer nanoseconds und
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import polars as pl
+
+from tracekit.analyses.section import SectionInput, SectionResult
 
 NS = 1e-9
 
@@ -89,3 +94,17 @@ def rank_breakdown(
         .sort("rank")
     )
     return out
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def ranks_section(inp: SectionInput) -> SectionResult:
+    """summary.json ``ranks``: the breakdown's rows (a value that is not finite is null), and
+    the frame ``ranks``."""
+    table = rank_breakdown(inp.segments, inp.windows, inp.markers, inp.nodes)
+    rows = [{k: _finite(v) for k, v in row.items()} for row in table.to_dicts()]
+    return SectionResult(rows, {"ranks": table})

@@ -31,6 +31,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.analyses.section import SectionInput, SectionResult
+
 P2P = ("send", "recv")
 COLLECTIVE_COLUMNS = {
     "rank": pl.Int32,
@@ -465,3 +467,14 @@ def collectives_summary(table: pl.DataFrame) -> dict:
         "per_op": rows,
         "per_group": matching.per_group(table) if has_match else [],
     }
+
+
+def collectives_section(inp: SectionInput) -> SectionResult:
+    """summary.json ``collectives``: :func:`collectives_summary` of the window's calls, with the
+    busiest rank's ideal bytes per complete step."""
+    summary = collectives_summary(inp.collectives)
+    ideal, steps = summary["ideal_bytes_per_rank"], inp.steps
+    summary["ideal_bytes_per_rank_per_step"] = (
+        ideal / steps if steps and ideal is not None else None
+    )
+    return SectionResult(summary)

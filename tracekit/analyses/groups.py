@@ -40,16 +40,14 @@ Ranks" (GPU).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from tracekit import runfolder
-from tracekit.errors import TracekitError
-from tracekit.ingest.flight_recorder import FlightRecord, read_flight_record
+if TYPE_CHECKING:
+    from tracekit.ingest.flight_recorder import FlightRecord
+    from tracekit.ingest.job import Job
 
 TOLERANCE_NS = 500_000
 P2P = ("send", "recv")
@@ -84,41 +82,18 @@ class GroupSources:
     run_groups: tuple[dict[str, Any], ...] = ()
     pg_configs: dict[int, tuple[dict, ...]] = field(default_factory=dict)
     world_size: int | None = None
-    warnings: tuple[str, ...] = ()
 
-
-def _dump_paths(path: Path) -> list[Path]:
-    """Flight-recorder JSON dumps of a run folder (nccl/) or of a foreign folder (fr_rank*.json)."""
-    if not path.is_dir():
-        path = path.parent
-    found = []
-    nccl = runfolder.nccl_dir(path)
-    if nccl.is_dir():
-        found += sorted(p for p in nccl.glob("*.json") if not p.name.startswith("."))
-    found += sorted(p for pat in ("fr_rank*.json", "nccl_trace_rank*.json") for p in path.glob(pat))
-    return list(dict.fromkeys(found))
-
-
-def load_sources(path: Path, run: dict[str, Any] | None, infos: Sequence[Any]) -> GroupSources:
-    """Read what attribution needs; a damaged dump is a warning, never an error."""
-    records, warnings = [], []
-    for p in _dump_paths(Path(path)):
-        try:
-            rec = read_flight_record(p)
-        except TracekitError as exc:
-            warnings.append(f"flight recorder: {exc}")
-            continue
-        warnings.extend(f"flight recorder: {w}" for w in rec.warnings)
-        if rec.rank is not None:
-            records.append(rec)
-    cfg = (run or {}).get("config") or {}
-    groups = (cfg.get("strategy_options") or {}).get("process_groups") or []
-    groups = tuple(g for g in groups if isinstance(g, dict) and isinstance(g.get("ranks"), list))
-    pg = {int(i.rank): tuple(i.pg_config or ()) for i in infos}
-    world = (
-        (run or {}).get("world_size") or max((i.world_size or 0 for i in infos), default=0) or None
-    )
-    return GroupSources(tuple(records), groups, pg, world, tuple(warnings))
+    @classmethod
+    def of(cls, job: Job) -> GroupSources:
+        """From what the Job loaded: every flight-recorder dump of the folder, run.json
+        ``strategy_options.process_groups``, each trace's pg_config."""
+        run = job.run
+        pg = {int(i.rank): tuple(i.pg_config or ()) for i in job.infos}
+        world = (run.world_size if run is not None else None) or max(
+            (i.world_size or 0 for i in job.infos), default=0
+        )
+        groups = run.config.process_groups if run is not None else ()
+        return cls(job.flight_records, groups, pg, world or None)
 
 
 # --- group membership -------------------------------------------------------------------------

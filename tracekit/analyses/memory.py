@@ -27,11 +27,12 @@ over ranks.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-from tracekit import runfolder, theory
+from tracekit import theory
+from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.ingest.run_record import MemoryCounts, RunRecord
 
 STATE_KEYS = (
     "params_bytes",
@@ -55,66 +56,42 @@ def _peak(peaks: dict[str, int]) -> tuple[int | None, str | None]:
     return int(peaks[device]), device
 
 
-def sharding_degree(run: dict[str, Any]) -> int:
+def sharding_degree(run: RunRecord) -> int:
     """N of the formulas: the number of ranks the model states are partitioned over."""
-    cfg = run.get("config") or {}
-    opts = cfg.get("strategy_options") or {}
-    for value in (
-        opts.get("shard_size"),
-        opts.get("dp_degree"),
-        cfg.get("dp_degree"),
-        run.get("world_size"),
-    ):
-        if isinstance(value, int) and value > 0:
-            return value
-    return 1
+    return run.config.shard_degree or run.world_size or 1
 
 
-def theory_for(run: dict[str, Any] | None) -> dict[str, Any] | None:
+def theory_for(run: RunRecord | None) -> dict[str, Any] | None:
     """{model_states_bytes, formula, psi, n, precision} for the run, or None."""
     if not run:
         return None
-    cfg = run.get("config") or {}
-    psi = int(cfg.get("params") or cfg.get("param_count") or 0)
-    strategy = str(run.get("strategy"))
-    precision = str(run.get("precision") or cfg.get("precision") or "fp32")
+    psi = run.config.params
+    strategy = str(run.strategy)
+    precision = run.precision or run.config.precision or "fp32"
     n = sharding_degree(run)
     value = theory.model_states_bytes(THEORY_AS.get(strategy, strategy), precision, psi, n)
     return None if value is None else {**value, "psi": psi, "n": n, "precision": precision}
 
 
-def _ranks_with_files(path: Path, run: dict[str, Any] | None) -> set[int]:
-    """Ranks below the world size that have a memory/rank<R>.json: the folder is listed, so a
-    declared world size of 10^9 costs nothing (it is never looped over)."""
-    try:
-        world = int((run or {}).get("world_size") or 0)
-        names = [p.name for p in runfolder.memory_path(path, 0).parent.iterdir()]
-    except (OSError, TypeError, ValueError):
-        return set()
-    found = (re.fullmatch(r"rank(\d{1,10})\.json", n) for n in names)
-    return {int(m.group(1)) for m in found if m and int(m.group(1)) < world}
-
-
 def memory_rows(
-    path: Path, run: dict[str, Any] | None, peaks: dict[int, dict[str, int]]
+    counts: Mapping[int, MemoryCounts],
+    run: RunRecord | None,
+    peaks: dict[int, dict[str, int]],
 ) -> list[dict[str, Any]]:
-    """per_rank rows from memory/rank<R>.json (run folders) and the traces' peaks."""
-    ranks = sorted(set(peaks) | _ranks_with_files(path, run))
+    """per_rank rows: every rank with a trace (its peak) or with counts (memory/rank<R>.json)
+    below the run's world size."""
+    world = run.world_size or 0 if run is not None else 0
+    ranks = sorted(set(peaks) | {r for r in counts if r < world})
     expected = theory_for(run)
     rows = []
     for rank in ranks:
-        counted = (
-            runfolder.load_json_if_present(runfolder.memory_path(path, rank))
-            if path.is_dir()
-            else None
-        )
-        counted = counted if isinstance(counted, dict) else {}
+        counted = counts.get(rank)
         peak, device = _peak(peaks.get(rank, {}))
-        if not counted and peak is None:
+        if counted is None and peak is None:
             continue
         row = {
             "rank": rank,
-            **{k: counted.get(k) for k in STATE_KEYS},
+            **{k: getattr(counted, k) if counted else None for k in STATE_KEYS},
             "peak_bytes": peak,
             "peak_device": device,
         }
@@ -128,12 +105,12 @@ def memory_rows(
     return rows
 
 
-def memory(inp: Any) -> tuple[dict[str, Any] | None, dict, list[str]]:
-    """analyze.py section ``memory``: (summary value or None, no frames, warnings)."""
-    peaks = {i.rank: dict(getattr(i, "memory_peak_bytes", {}) or {}) for i in inp.infos}
-    rows = memory_rows(Path(inp.path), inp.run, peaks)
+def memory(inp: SectionInput) -> SectionResult:
+    """The ``memory`` section (see the module docstring)."""
+    peaks = {i.rank: dict(i.memory_peak_bytes or {}) for i in inp.infos}
+    rows = memory_rows(inp.job.memory, inp.run, peaks)
     if not rows:
-        return None, {}, []
+        return SectionResult()
     expected = theory_for(inp.run)
     ratios = [r["ratio_to_theory"] for r in rows if r["ratio_to_theory"] is not None]
     warnings = []
@@ -141,20 +118,17 @@ def memory(inp: Any) -> tuple[dict[str, Any] | None, dict, list[str]]:
         warnings.append(
             "memory: the run wrote no memory/rank<R>.json; only the profiler's peaks are shown"
         )
-    return (
-        {
-            "per_rank": rows,
-            "theory": None
-            if expected is None
-            else {
-                "model_states_bytes": expected["model_states_bytes"],
-                "formula": expected["formula"],
-                "psi": expected["psi"],
-                "n": expected["n"],
-                "precision": expected["precision"],
-            },
-            "ratio_to_theory": sum(ratios) / len(ratios) if ratios else None,
+    value = {
+        "per_rank": rows,
+        "theory": None
+        if expected is None
+        else {
+            "model_states_bytes": expected["model_states_bytes"],
+            "formula": expected["formula"],
+            "psi": expected["psi"],
+            "n": expected["n"],
+            "precision": expected["precision"],
         },
-        {},
-        warnings,
-    )
+        "ratio_to_theory": sum(ratios) / len(ratios) if ratios else None,
+    }
+    return SectionResult(value, {}, warnings)

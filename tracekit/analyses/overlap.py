@@ -3,7 +3,7 @@
 ZeRO-3 and FSDP trade memory for communication: every unit's parameters are all-gathered before
 its forward and again before its backward, and its gradients reduce-scattered after. Whether that
 costs time depends on overlap: a gather launched early (prefetch) runs while the previous unit
-computes. For every all-gather and reduce-scatter call on every rank (Inputs.collectives):
+computes. For every all-gather and reduce-scatter call on every rank (SectionInput.collectives):
 
 - its **interval** is the transfer: the ``gloo:*`` span on the runloop thread (GPU: the NCCL
   kernel), as the collectives table paired it with its call;
@@ -49,6 +49,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import labels
+from tracekit.analyses.section import SectionInput, SectionResult
 
 OPS = ("all_gather", "reduce_scatter")
 COMPUTE_STATES = ("compute", "overlap")
@@ -391,13 +392,13 @@ def overlap_summary(frame: pl.DataFrame, n_ranks: int, steps: int) -> dict[str, 
     }
 
 
-def overlap(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
-    """analyze.py section ``overlap``: (summary value, {"overlap_units": frame}, warnings)."""
+def overlap(inp: SectionInput) -> SectionResult:
+    """The ``overlap`` section: its summary value, frame ``overlap_units`` and warnings."""
     frame = overlap_units(
         inp.events, inp.collectives, inp.segments, {i.rank for i in inp.infos if i.has_gpu}
     )
     if frame.height == 0:
-        return None, {}, []
+        return SectionResult()
     warnings = []
     unlabelled = frame.filter(pl.col("unit") == UNLABELLED).height
     if unlabelled:
@@ -405,9 +406,8 @@ def overlap(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], l
             f"overlap: {unlabelled} all-gather/reduce-scatter calls have no unit label "
             "(comm:<op>:<unit> or FSDP::*) around them; shown as unit 'unlabelled'"
         )
-    steps = int(inp.windows["steps"].min() or 0) if inp.windows.height else 0
-    return (
-        overlap_summary(frame, frame["rank"].n_unique(), steps),
+    return SectionResult(
+        overlap_summary(frame, frame["rank"].n_unique(), inp.steps),
         {"overlap_units": frame},
         warnings,
     )

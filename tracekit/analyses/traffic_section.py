@@ -6,7 +6,7 @@ the algorithm its backend really runs: gloo's ring all_reduce / all_gather, redu
 full all_reduce, binomial broadcast, all_to_all pairs; NCCL's algorithm from the kernel name
 (``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` -> RING; TREE for all_reduce; NVLS, COLLNET and PAT
 are modelled as the ring, with a warning) and, for calls over the whole world, ring 0's order
-from the run's NCCL logs (<run>/nccl/*.log) when present; p2p on its one link. Links are
+from the run's NCCL logs (<run>/nccl/*.log, read by tracekit.ingest.load) when present; p2p on its one link. Links are
 intra-node when both ends share a node (tracekit.topology).
 
 Added to traffic_summary's keys: ``by_group`` per (group, op) named by process group with its
@@ -23,6 +23,7 @@ import polars as pl
 
 from tracekit.analyses import matching
 from tracekit.analyses.group_names import group_label
+from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.analyses.traffic import link_bytes, traffic_summary
 
 # What each byte figure of summary.json ``traffic`` counts (docs/traffic.md).
@@ -60,15 +61,8 @@ MODEL_SCHEMA = {
 }
 
 
-def read_logs(path: Any) -> Any:
-    """The run's NCCL logs, or None (tracekit.topology.run_nccl_logs)."""
-    from tracekit.topology import run_nccl_logs
-
-    return run_nccl_logs(path)
-
-
-def _world_size(inp: Any) -> int:
-    run_ws = int((inp.run or {}).get("world_size") or 0)
+def _world_size(inp: SectionInput) -> int:
+    run_ws = (inp.run.world_size if inp.run is not None else None) or 0
     infos_ws = max((int(i.world_size or 0) for i in inp.infos), default=0)
     ranks = max((int(i.rank) for i in inp.infos), default=0) + 1
     return max(run_ws, infos_ws, ranks)
@@ -136,22 +130,19 @@ def _by(links: pl.DataFrame, keys: list[str]) -> list[dict[str, Any]]:
     ]
 
 
-def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
+def traffic(inp: SectionInput) -> SectionResult:
     """The ``traffic`` section builder (see the module docstring)."""
     table = inp.collectives
     if table.height == 0 or "call_id" not in table.columns:
-        return None, {}, []
+        return SectionResult()
     # CPU rows are gloo spans whatever the run says; GPU rows are NCCL kernels (model_calls)
     backend = "gloo"
-    log = read_logs(inp.path)
     ring = None
-    if log is not None:
-        from tracekit.ingest.nccl_log import ring_order
-
-        ring = ring_order(log, _world_size(inp))
+    if inp.job.nccl is not None:  # ring 0 of the communicator of the whole world
+        ring = inp.job.nccl.ring_of(_world_size(inp))
     calls, warnings = model_calls(matching.calls_frame(table), backend, ring)
     if calls.height == 0:
-        return None, {}, warnings
+        return SectionResult(None, {}, warnings)
     world = _world_size(inp)
     nodes = dict(inp.nodes)
     summary = traffic_summary(
@@ -211,7 +202,7 @@ def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], l
         else []
     )
 
-    steps = int(inp.windows["steps"].min() or 0) if inp.windows.height else 0
+    steps = inp.steps
     per_step = None
     if steps > 0:
         per_step = {
@@ -252,15 +243,13 @@ def traffic(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], l
         .cast(LINKS_SCHEMA)
         .sort("src", "dst")
     )
-    return summary, {"traffic_links": frame}, warnings
+    return SectionResult(summary, {"traffic_links": frame}, warnings)
 
 
-def nccl(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
+def nccl(inp: SectionInput) -> SectionResult:
     """The ``nccl`` section: what the run's NCCL logs say (layout, ring 0, tuning choices) and
     which algorithm/protocol the traced kernels ran. None without logs and without NCCL kernels."""
-    from tracekit.ingest.nccl_log import rank_layout, ring_order
-
-    log = read_logs(inp.path)
+    logs = inp.job.nccl
     table = inp.collectives
     kernels: dict[str, dict[str, int]] = {}
     if table.height and "algorithm" in table.columns:
@@ -271,11 +260,11 @@ def nccl(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list
             kernels.setdefault(str(r["op"]), {})[f"{r['algorithm']}_{r['protocol']}"] = int(
                 r["len"]
             )
-    if log is None and not kernels:
-        return None, {}, []
+    if logs is None and not kernels:
+        return SectionResult()
     out: dict[str, Any] = {"kernel_algorithms": kernels, "logs": None}
-    if log is not None:
-        layout = rank_layout(log)
+    if logs is not None:
+        log, layout = logs.log, logs.layout
         tuning = log.tuning
         chosen = []
         if tuning.height:
@@ -294,19 +283,19 @@ def nccl(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list
             "communicators": int(log.comms.select("comm_id").n_unique()) if log.comms.height else 0,
             "layout": {str(r): v for r, v in sorted(layout.items())},
             "nodes": len({v["node"] for v in layout.values()}) if layout else None,
-            "ring_order": ring_order(log),
+            "ring_order": logs.ring,
             "algorithms": chosen,
             "warnings": list(log.warnings),
         }
-    return out, {}, []
+    return SectionResult(out)
 
 
-def matching_section(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.DataFrame], list[str]]:
+def matching_section(inp: SectionInput) -> SectionResult:
     """The ``matching`` section: how calls were attributed and matched, and the frame
     ``collective_matches`` (one row per rank per matched call)."""
     table = inp.collectives
     if table.height == 0 or "call_id" not in table.columns:
-        return None, {}, []
+        return SectionResult()
     sources = table.group_by("group_source").len().sort("group_source").to_dicts()
     summary = {
         "method": "k-th call of a process group on every member rank (flight-recorder collective_seq_id, or "
@@ -316,4 +305,4 @@ def matching_section(inp: Any) -> tuple[dict[str, Any] | None, dict[str, pl.Data
         "unattributed_rows": int(table["call_id"].null_count()),
         "group_sources": {str(r["group_source"]): int(r["len"]) for r in sources},
     }
-    return summary, {"collective_matches": matching.matches_frame(table)}, []
+    return SectionResult(summary, {"collective_matches": matching.matches_frame(table)})

@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.analyses.collectives import bus_factor
+from tracekit.analyses.section import SectionInput, SectionResult
 
 
 def volume_summary(coll: pl.DataFrame, steps: int) -> dict[str, Any] | None:
@@ -68,7 +69,6 @@ def volume_summary(coll: pl.DataFrame, steps: int) -> dict[str, Any] | None:
     }
 
 
-def volume(inp: Any) -> tuple[dict[str, Any] | None, dict, list[str]]:
-    """analyze.py section ``volume``."""
-    steps = int(inp.windows["steps"].min() or 0) if inp.windows.height else 0
-    return volume_summary(inp.collectives, steps), {}, []
+def volume(inp: SectionInput) -> SectionResult:
+    """The ``volume`` section."""
+    return SectionResult(volume_summary(inp.collectives, inp.steps))

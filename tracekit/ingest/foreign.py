@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from tracekit.errors import TracekitError
-from tracekit.ingest.kineto_info import TraceInfo
 
-Parsed = tuple[TraceInfo, pl.DataFrame]
+if TYPE_CHECKING:  # types only: analyses use ranges(), and must not import the readers
+    from tracekit.ingest.kineto_info import TraceInfo
+    from tracekit.ingest.run_record import RunRecord
+
+Parsed = tuple["TraceInfo", pl.DataFrame]
 
 
 def _facts(info: TraceInfo, frame: pl.DataFrame) -> dict[str, Any]:
@@ -200,7 +203,7 @@ def _files_line(what: str, infos: list[TraceInfo], total: int, consequence: str)
 
 
 def coverage_warnings(
-    infos: Sequence[TraceInfo], events: pl.DataFrame, run: dict[str, Any] | None
+    infos: Sequence[TraceInfo], events: pl.DataFrame, run: RunRecord | None
 ) -> list[str]:
     """One line per thing the traces lack, naming the files, and what tracekit does instead."""
     infos = list(infos)
@@ -259,7 +262,7 @@ def coverage_warnings(
     # host_name matters only to place several ranks on nodes; when no trace has it, the
     # topology warning (tracekit.topology) is that one line
     no_host = [i for i in infos if not i.host_name]
-    if total > 1 and 0 < len(no_host) < total and not (run or {}).get("topology"):
+    if total > 1 and 0 < len(no_host) < total and not (run and run.nodes):
         out.append(
             _files_line(
                 "host_name",
@@ -271,14 +274,9 @@ def coverage_warnings(
     return out
 
 
-def missing_ranks_warning(infos: Sequence[TraceInfo], run: dict[str, Any] | None) -> str | None:
+def missing_ranks_warning(infos: Sequence[TraceInfo], run: RunRecord | None) -> str | None:
     """'ranks 2-127 of world size 128 have no trace', from run.json or distributedInfo."""
-    source, world = "run.json", None
-    if run is not None:
-        try:
-            world = int(run.get("world_size") or 0) or None
-        except (TypeError, ValueError):
-            world = None
+    source, world = "run.json", run.world_size if run is not None else None
     if world is None:
         sizes = {i.world_size for i in infos if i.world_size}
         world, source = (sizes.pop(), "distributedInfo") if len(sizes) == 1 else (None, "")

@@ -1,0 +1,275 @@
+"""Load once: a run folder (or a folder of Kineto traces, or one trace file) -> a Job.
+
+The only reader of a run folder on the analysis side: run.json, the traces, memory/rank<R>.json,
+the flight-recorder dumps and the NCCL logs are read here, once, and handed on as a
+tracekit.ingest.job.Job; the timeline and the analyses read no file. In steps:
+
+    locate(path)           Source: run.json read, the other files listed       (the job)
+    select(...)            the trace files to read: --ranks, --sample          (the job)
+    read_traces(files)     infos and events, one task per file                 (per file)
+    load_rank(source, r)   RankPiece: memory/rank<R>.json, fr_rank<R>.json     (per rank)
+    assemble(...)          Job: NCCL logs, topology, warnings                  (the job)
+
+Traces are read per file because a file brought from elsewhere tells its rank only once parsed;
+everything else filed under a rank is read by :func:`load_rank`, which needs nothing but the
+Source and the rank, so the per-file and per-rank parts can run wherever the files are.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from tracekit import runfolder
+from tracekit.errors import TracekitError
+from tracekit.events import empty_events
+from tracekit.ingest import foreign
+from tracekit.ingest.flight_recorder import read_flight_record
+from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece
+from tracekit.ingest.kineto import read_traces
+from tracekit.ingest.kineto_info import TraceInfo
+from tracekit.ingest.run_record import MemoryCounts, RunRecord
+from tracekit.ingest.selection import RankSet, Selection, select
+from tracekit.topology import node_of_ranks
+
+
+@dataclass(frozen=True)
+class Source:
+    """What PATH holds, listed but not read (apart from run.json): the job-level first step."""
+
+    path: Path
+    """What was asked for."""
+    folder: bool
+    """PATH is a folder: memory counts and NCCL logs are read only from one."""
+    run: RunRecord | None
+    """run.json; None outside a run folder."""
+    traces: tuple[Path, ...]
+    """Every trace file PATH names (tracekit.runfolder.find_trace_files)."""
+    dumps: tuple[Path, ...]
+    """Flight-recorder dumps: nccl/*.json, fr_rank*.json (tracekit.runfolder.flight_recorder_dumps)."""
+    dumps_of: dict[int, tuple[Path, ...]]
+    """rank -> the dumps whose file name names it (``fr_rank<R>.json``)."""
+    memory_ranks: frozenset[int]
+    """Ranks with a memory/rank<R>.json."""
+
+    def named_ranks(self) -> set[int]:
+        """Ranks that have a file of their own besides the trace: a memory count or a dump."""
+        return set(self.memory_ranks) | set(self.dumps_of)
+
+
+def locate(path: str | Path) -> Source:
+    """Read run.json and list the rest; TracekitError when PATH holds no trace to read."""
+    path = Path(path)
+    folder = runfolder.is_folder(path)
+    data = runfolder.load_run_json(path) if folder else None
+    run = RunRecord.from_json(data) if data is not None else None
+    found = runfolder.find_trace_files(path)
+    if not found and run is not None:
+        raise TracekitError(
+            f"no traces in {runfolder.traces_dir(path).name}/: no rank wrote one "
+            f"({run.status_line()})",
+            path,
+        )
+    if not found:
+        raise TracekitError("no Kineto trace files (*.json, *.json.gz) found", path)
+    dumps = tuple(runfolder.flight_recorder_dumps(path))
+    dumps_of: dict[int, list[Path]] = {}
+    for dump in dumps:
+        rank = runfolder.rank_from_filename(dump.name)
+        if rank is not None:
+            dumps_of.setdefault(rank, []).append(dump)
+    return Source(
+        path=path,
+        folder=folder,
+        run=run,
+        traces=tuple(found),
+        dumps=dumps,
+        dumps_of={r: tuple(d) for r, d in dumps_of.items()},
+        memory_ranks=frozenset(runfolder.memory_ranks(path) if folder else ()),
+    )
+
+
+def read_dump(path: Path) -> DumpRead:
+    """One flight-recorder dump; a damaged one is a warning, never an error."""
+    try:
+        rec = read_flight_record(path)
+    except TracekitError as exc:
+        return DumpRead(path, None, (f"flight recorder: {exc}",))
+    warnings = tuple(f"flight recorder: {w}" for w in rec.warnings)
+    return DumpRead(path, rec if rec.rank is not None else None, warnings)
+
+
+def load_rank(source: Source, rank: int) -> RankPiece:
+    """What SOURCE files under RANK besides its trace: memory/rank<R>.json (kept when it is a
+    non-empty JSON object) and the flight-recorder dumps named for the rank."""
+    memory = None
+    if source.folder and rank in source.memory_ranks:
+        data = runfolder.load_json_if_present(runfolder.memory_path(source.path, rank))
+        memory = MemoryCounts.from_json(data) if isinstance(data, dict) and data else None
+    return RankPiece(rank, memory, tuple(read_dump(p) for p in source.dumps_of.get(rank, ())))
+
+
+def read_nccl(path: Path) -> NcclLogs | None:
+    """The NCCL_DEBUG logs of folder PATH's nccl/, parsed; None without any, or when none can be
+    read (the analysis then goes without them)."""
+    from tracekit.ingest.nccl_log import rank_layout, read_nccl_logs, ring_order
+
+    folder = runfolder.nccl_log_dir(path)
+    if folder is None:
+        return None
+    try:
+        log = read_nccl_logs(folder)
+    except TracekitError:
+        return None
+    return NcclLogs(log, rank_layout(log), ring_order(log), functools.partial(ring_order, log))
+
+
+def assemble(
+    source: Source,
+    selection: Selection,
+    infos: list[TraceInfo],
+    events: pl.DataFrame,
+    pieces: Iterable[RankPiece],
+    *,
+    ranks_per_node: int | None = None,
+    subset: bool = False,
+) -> Job:
+    """The Job from its parts: the traces read, the per-rank pieces and what only the whole job
+    has (NCCL logs, topology). ``subset``: only some ranks were asked for (no warning then about
+    the ranks without a trace). Warnings in the order found: selection, each trace's, missing
+    ranks, the run's status, what the traces lack, topology, flight-recorder dumps."""
+    run = source.run
+    warnings: list[str] = list(selection.warnings)
+    for info in infos:
+        warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
+    missing = None if subset else foreign.missing_ranks_warning(infos, run)
+    warnings.extend([missing] if missing else [])
+    if run is not None and run.status not in (None, "ok"):
+        warnings.append(run.status_line())
+    warnings.extend(foreign.coverage_warnings(infos, events, run))
+    if events.height == 0:
+        raise TracekitError("the traces hold no timed events", source.path)
+
+    nccl = read_nccl(source.path)
+    topology = node_of_ranks(
+        [i.rank for i in infos],
+        run.nodes if run is not None else None,
+        ranks_per_node,
+        {i.rank: i.host_name for i in infos},
+        layout=nccl.layout if nccl is not None else None,
+    )
+    warnings.extend(topology.warnings)
+    pieces = list(pieces)
+    # dumps in file order; those no piece brought (no rank in the name) are read here
+    brought = {d.path: d for piece in pieces for d in piece.dumps}
+    order = [brought.get(p) or read_dump(p) for p in source.dumps]
+    for dump in order:
+        warnings.extend(dump.warnings)
+    return Job(
+        path=source.path,
+        run=run,
+        selection=selection,
+        infos=infos,
+        events=events,
+        memory={p.rank: p.memory for p in pieces if p.memory is not None},
+        flight_records=tuple(d.record for d in order if d.record is not None),
+        nccl=nccl,
+        topology=topology,
+        warnings=tuple(warnings),
+    )
+
+
+def read_selected(
+    source: Source,
+    selection: Selection,
+    ranks: RankSet | None,
+    *,
+    workers: int | None = None,
+    cache: bool | None = None,
+    cache_dir: Path | None = None,
+    cache_writer: Executor | None = None,
+    executor: Executor | None = None,
+) -> tuple[list[TraceInfo], pl.DataFrame]:
+    """The selected trace files, parsed (tracekit.ingest.kineto.read_traces: one task per file),
+    with the ranks not asked for dropped (files that tell their rank only inside)."""
+    files = selection.files
+    infos, events = (
+        read_traces(
+            files,
+            workers=workers,
+            cache=cache,
+            cache_dir=cache_dir,
+            cache_writer=cache_writer,
+            executor=executor,
+        )
+        if files
+        else ([], empty_events())
+    )
+    if ranks or selection.sampled is not None:
+        keep = (
+            set(selection.sampled)
+            if selection.sampled is not None
+            else {i.rank for i in infos if ranks is not None and i.rank in ranks}
+        )
+        if any(i.rank not in keep for i in infos):
+            infos = [i for i in infos if i.rank in keep]
+            events = events.filter(pl.col("rank").is_in(sorted(keep)))
+        if not infos:
+            raise TracekitError(
+                "none of the ranks asked for (--ranks) has a trace here", source.path
+            )
+    return infos, events
+
+
+def load(
+    path: str | Path,
+    *,
+    ranks_per_node: int | None = None,
+    ranks: RankSet | Sequence[int] | None = None,
+    sample: int | None = None,
+    workers: int | None = None,
+    cache: bool | None = None,
+    cache_dir: Path | None = None,
+    cache_writer: Executor | None = None,
+    executor: Executor | None = None,
+) -> Job:
+    """Read everything the analysis needs from PATH (see the module docstring).
+
+    ``ranks``/``sample``: read only those ranks' traces, or N spread over the job
+    (tracekit.ingest.selection). ``cache``, ``cache_dir``, ``cache_writer``, ``workers``,
+    ``executor``: how traces are parsed (tracekit.ingest.kineto.read_traces; with ``executor``
+    the per-file parse runs there, tracekit.engines; tracekit.cache).
+    ``ranks_per_node``: the topology, when nothing in the folder says it.
+    """
+    if cache:
+        from tracekit import cache as cache_mod
+
+        cache_mod.max_bytes()  # a bad TRACEKIT_CACHE_MAX_BYTES is an error, not ignored
+    source = locate(path)
+    wanted = RankSet.of(ranks)
+    selection = select(list(source.traces), wanted, sample, cache_dir)
+    infos, events = read_selected(
+        source,
+        selection,
+        wanted,
+        workers=workers,
+        cache=cache,
+        cache_dir=cache_dir,
+        cache_writer=cache_writer,
+        executor=executor,
+    )
+    side = sorted({i.rank for i in infos} | source.named_ranks())
+    return assemble(
+        source,
+        selection,
+        infos,
+        events,
+        (load_rank(source, r) for r in side),
+        ranks_per_node=ranks_per_node,
+        subset=bool(wanted) or bool(sample),
+    )
