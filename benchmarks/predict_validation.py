@@ -68,7 +68,7 @@ RETRIES = 2
 
 
 def _run(out: Path, name: str, steps: int) -> Path:
-    from tracekit.launch import RunOptions, run_job
+    from tracekit.capture.launch import RunOptions, run_job
     from tracekit.runfolder import load_run_json
 
     strategy, rate = RUNS[name]
@@ -241,7 +241,7 @@ def main() -> None:
     if args.reuse:  # as they are: no run is made again
         dirs = {k: Path(v) for k, v in json.loads((args.reuse / "index.json").read_text()).items()}
     else:
-        from tracekit import netns
+        from tracekit.capture import netns
 
         why = netns.unavailable()
         if why:

@@ -45,7 +45,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
-from instrumented_runs.model import GPT, PRECISIONS, MasterWeights, setup_precision
+from instrumented_runs.model import GPT, MasterWeights, memory_states, setup_precision
 from tracekit import labels
 from tracekit.labels import region
 
@@ -105,7 +105,6 @@ class DataParallel:
         self.bucket_cap_bytes = bucket_cap_bytes
         self.buckets = self._build_buckets()
         self.next_bucket = 0  # DDP launches buckets strictly in order
-        self.before_optimizer: Callable[[], None] | None = None
         broadcast_params(model, group)
         for bucket in self.buckets:
             for p in bucket.params:
@@ -190,8 +189,6 @@ class DataParallel:
                 loss.backward()
             # phase: wait for the averaged gradients
             self.wait_all()
-            if self.before_optimizer is not None:
-                self.before_optimizer()
             # phase: identical update on every replica (bf16-mixed: on the fp32 master copy)
             with region(labels.OPTIMIZER):
                 self.optimizer.step()
@@ -199,24 +196,18 @@ class DataParallel:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("dp", argv, precisions=PRECISIONS)
+    ctx = harness.start("dp", argv)
     model = GPT(ctx.model_config, seed=ctx.args.seed).to(ctx.device)
     optimizer, master = setup_precision(
         model, ctx.args.precision
     )  # bf16-mixed: bf16 model, fp32 master
     dp = DataParallel(model, master or optimizer, ctx.group)
     ctx.strategy_options.update(bucket_cap_bytes=dp.bucket_cap_bytes, buckets=dp.describe())
+    ctx.count_memory_at(optimizer, lambda: memory_states(model, optimizer, master))
     rank, n = dist.get_rank(ctx.group), dist.get_world_size(ctx.group)
 
     def step(k: int) -> float:
         tokens, targets = ctx.dp_batch(k, rank, n)
-        dp.before_optimizer = lambda: ctx.count_memory(
-            k,
-            model.parameters(),
-            [p.grad for p in model.parameters()],
-            optimizer,
-            extra_optimizer=master.master if master else (),
-        )
         return dp.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)

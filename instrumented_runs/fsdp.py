@@ -80,7 +80,6 @@ Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.fsdp`` or ``tracekit run
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -91,7 +90,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from instrumented_runs import harness
-from instrumented_runs.model import GPT, PRECISIONS, make_optimizer
+from instrumented_runs.model import GPT, make_optimizer
 from tracekit import capture, labels
 from tracekit.labels import region
 
@@ -210,32 +209,33 @@ class FullyShardedTrainer:
         self.units = shard_model(model, mesh, precision)
         set_prefetch(model, prefetch)
         self.optimizer = make_optimizer(model.parameters())  # Adam on the DTensor shards
-        self.meter = UnshardedAwareActivationMeter(model)
-        self.before_optimizer: Callable[[], None] | None = None
 
-    def count_memory(self, ctx: harness.Context, step: int) -> None:
-        """Model states from the tensors this rank holds now (every unit resharded)."""
+    def memory_states(self) -> dict[str, Any]:
+        """Model states from the tensors this rank holds now (every unit resharded):
+        capture.model_states' arguments. bf16-mixed: the fp32 shard is the master, no bf16 copy
+        at rest."""
         shards = list(self.model.parameters())
         grads = [p.grad for p in shards]
-        if self.precision == "bf16-mixed":  # the fp32 shard is the master; no bf16 copy at rest
-            ctx.count_memory(step, [], grads, self.optimizer, extra_optimizer=shards)
-        else:
-            ctx.count_memory(step, shards, grads, self.optimizer)
+        if self.precision == "bf16-mixed":
+            return {
+                "params": [],
+                "grads": grads,
+                "optimizer": self.optimizer,
+                "extra_optimizer": shards,
+            }
+        return {"params": shards, "grads": grads, "optimizer": self.optimizer}
 
     def train_step(self, tokens: torch.Tensor, targets: torch.Tensor) -> float:
         """One step; returns this rank's local loss."""
         with region(labels.STEP):
             with region(labels.ZERO_GRAD):
                 self.optimizer.zero_grad(set_to_none=True)
-            with self.meter:
-                # phase: forward; per unit: gather (FSDP::all_gather), compute, free (post_forward)
-                with region(labels.FORWARD):
-                    loss = self.model(tokens, targets)
-                # phase: backward; per unit in reverse: gather again, compute, free, reduce-scatter
-                with region(labels.BACKWARD):
-                    loss.backward()
-            if self.before_optimizer is not None:
-                self.before_optimizer()
+            # phase: forward; per unit: gather (FSDP::all_gather), compute, free (post_forward)
+            with region(labels.FORWARD):
+                loss = self.model(tokens, targets)
+            # phase: backward; per unit in reverse: gather again, compute, free, reduce-scatter
+            with region(labels.BACKWARD):
+                loss.backward()
             # phase: Adam on the local shards only
             with region(labels.OPTIMIZER):
                 self.optimizer.step()
@@ -258,24 +258,20 @@ def run(ctx: harness.Context, mesh: DeviceMesh, dp_rank: int, dp_size: int) -> N
         if ctx.args.precision == "bf16-mixed"
         else None,
     )
-    activation_peak = 0
+    # activations: the peak of the memory step, without FSDP2's unsharded parameters
+    ctx.meter_activations(UnshardedAwareActivationMeter(model), per_step=True)
+    ctx.count_memory_at(trainer.optimizer, trainer.memory_states)
 
     def step(k: int) -> float:
-        nonlocal activation_peak
         tokens, targets = ctx.dp_batch(k, dp_rank, dp_size)
-        trainer.meter.reset_peak()
-        trainer.before_optimizer = lambda: trainer.count_memory(ctx, k)
-        loss = trainer.train_step(tokens, targets)
-        if k == ctx.memory_step:
-            activation_peak = trainer.meter.peak_bytes
-        return loss
+        return trainer.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=model.state_dict(), activation_peak_bytes=activation_peak)
+    harness.finish(ctx, losses, params=model.state_dict())
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("fsdp", argv, uses=("prefetch",), precisions=PRECISIONS)
+    ctx = harness.start("fsdp", argv)
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,), mesh_dim_names=("shard",))
     run(ctx, mesh, ctx.rank, ctx.world_size)
 

@@ -3,6 +3,7 @@
     def main(argv=None):
         ctx = harness.start("dp", argv)                  # parse, init, run folder, run.json
         ...build the model and the strategy's state...
+        ctx.count_memory_at(optimizer, lambda: dict(params=..., grads=..., optimizer=optimizer))
         losses = harness.train(ctx, step_fn)             # W warm-up steps, then S profiled steps
         harness.finish(ctx, losses, params=model.state_dict())
 
@@ -14,6 +15,13 @@ under plain ``torchrun --nproc-per-node N -m instrumented_runs.<strategy> [--out
 creates ``DIR/<strategy>-<stamp>`` and broadcasts it); started with plain ``python -m`` it is a
 one-rank job. Rank 0 writes run.json (status "running", then "ok"); every rank writes its trace,
 memory/, train/ and flight-recorder files. Progress goes to stderr only.
+
+What a strategy takes (options, precisions, default global batch, layout check) is its entry in
+instrumented_runs.registry; the options and their checks are instrumented_runs.options, the same
+the launcher uses. Measurement hooks onto the strategy from outside its algorithm: model states
+are counted by a step pre-hook on its optimizer (``ctx.count_memory_at``), activations by an
+ActivationMeter around each step (``ctx.meter_activations``); nothing in a strategy's step
+mentions either.
 
 Test hooks: ``--fail-rank R`` (or TRACEKIT_FAIL_RANK=R) makes rank R raise at step
 ``--fail-step`` (default 0, or TRACEKIT_FAIL_STEP); TRACEKIT_HANG_RANK=R makes rank R sleep
@@ -29,7 +37,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -38,66 +46,28 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from instrumented_runs import options, registry
 from instrumented_runs.data import global_batch, rank_slice
 from instrumented_runs.model import GPTConfig
 from tracekit import capture, runfolder
 
-OPTIONAL_OPTIONS = ("microbatches", "prefetch")  # used only by the strategies that declare them
-DEFAULT_GLOBAL_BATCH = 8
+# capture.model_states' arguments: params, grads, optimizer, extra_optimizer
+States = dict[str, Any]
 
 
-def build_parser(strategy: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=f"instrumented_runs.{strategy}", description=f"{strategy} reference run"
-    )
-    p.add_argument("--steps", type=int, default=3, help="profiled steps (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="unprofiled warm-up steps (default 1)")
-    p.add_argument("--microbatches", type=int, default=None)
-    p.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32")
-    p.add_argument("--prefetch", type=int, choices=(0, 1, 2), default=None)
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument(
-        "--backend",
-        choices=("gloo", "nccl"),
-        default=None,
-        help="default: gloo on cpu, nccl on cuda",
-    )
-    p.add_argument(
-        "--run-dir", type=Path, default=None, help="the run folder (created by the launcher)"
-    )
-    p.add_argument(
-        "--out", type=Path, default=Path("runs"), help="parent of a new run folder (default ./runs)"
-    )
-    p.add_argument("--nodes", type=int, default=int(os.environ.get("GROUP_WORLD_SIZE", "1")))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--global-batch",
-        type=int,
-        default=DEFAULT_GLOBAL_BATCH,
-        help="sequences per step, all ranks",
-    )
-    p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--fail-step", type=int, default=0, help=argparse.SUPPRESS)
-    return p
-
-
-def parse_args(
-    strategy: str, argv: list[str] | None, uses: Iterable[str], precisions: Iterable[str]
-) -> argparse.Namespace:
-    """Parse and validate; an option the strategy does not use is an error (exit 2)."""
-    parser = build_parser(strategy)
+def parse_args(strategy: registry.Strategy, argv: list[str] | None) -> argparse.Namespace:
+    """Parse and check (instrumented_runs.options, as the launcher does): a bad option, or an
+    option the strategy does not use, is one line and exit 2; so is a layout the strategy
+    cannot run (before joining the process group, on every rank)."""
+    parser = options.rank_parser(strategy, strategy.module)
     args = parser.parse_args(argv)
-    for name in OPTIONAL_OPTIONS:
-        if getattr(args, name) is not None and name not in set(uses):
-            parser.error(f"--{name} is not used by {strategy}")
-    if args.precision not in set(precisions):
-        parser.error(f"--precision {args.precision} is not supported for {strategy} yet")
-    if args.steps < 1 or args.warmup < 0:
-        parser.error("--steps must be >= 1 and --warmup >= 0")
-    if args.backend is None:
-        args.backend = "nccl" if args.device == "cuda" else "gloo"
-    if args.backend == "nccl" and args.device != "cuda":
-        parser.error("--backend nccl needs --device cuda")
+    why = options.problem(strategy, args)
+    if why:
+        parser.error(why)
+    args.backend = options.backend_of(args)
+    why = strategy.layout_problem(int(os.environ.get("WORLD_SIZE", "1")), args.nodes)
+    if why:
+        parser.error(why)
     if args.fail_rank is None and os.environ.get("TRACEKIT_FAIL_RANK"):
         args.fail_rank = int(os.environ["TRACEKIT_FAIL_RANK"])
         args.fail_step = int(os.environ.get("TRACEKIT_FAIL_STEP", args.fail_step))
@@ -124,6 +94,11 @@ class Context:
     strategy_options: dict[str, Any] = field(default_factory=dict)
     step_times: list[float] = field(default_factory=list)
     topology: list[dict[str, Any]] = field(default_factory=list)
+    step: int = -1  # the step running now (train)
+    meter: capture.ActivationMeter | None = None  # meter_activations
+    meter_per_step: bool = False
+    activation_peak_bytes: int | None = None
+    finishers: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def total_steps(self) -> int:
@@ -146,17 +121,32 @@ class Context:
         tokens, targets = self.batch(step)
         return rank_slice(tokens, dp_rank, dp_size), rank_slice(targets, dp_rank, dp_size)
 
-    def count_memory(
-        self,
-        step: int,
-        params: Iterable[torch.Tensor],
-        grads: Iterable[torch.Tensor | None],
-        optimizer: Any,
-        **kwargs: Any,
+    # --- measurement, hooked onto the strategy from outside its step ------------------------------
+
+    def count_memory_at(
+        self, optimizer: torch.optim.Optimizer, states: Callable[[], States]
     ) -> None:
-        """Count model states if ``step`` is the memory step (call it just before optimizer.step())."""
-        if step == self.memory_step:
-            self.memory = capture.model_states(params, grads, optimizer, step=step, **kwargs)
+        """Count the model states just before ``optimizer.step()`` in the memory step: a step
+        pre-hook on the optimizer (torch.optim.Optimizer.register_step_pre_hook), so the
+        strategy's own step never mentions it. ``states()`` returns capture.model_states'
+        arguments (params, grads, optimizer, extra_optimizer) as the rank holds them then; an
+        optimizer stepped several times in the step (PipeDream) is counted at its last step."""
+
+        def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            if self.step == self.memory_step:
+                self.memory = capture.model_states(**states(), step=self.step)
+
+        optimizer.register_step_pre_hook(hook)
+
+    def meter_activations(self, meter: capture.ActivationMeter, per_step: bool = False) -> None:
+        """Count activation bytes with ``meter`` around every step (:func:`train`): its peak over
+        the whole run, or (``per_step``) the peak of the memory step alone, goes into
+        memory/rank<R>.json ``activation_peak_bytes``."""
+        self.meter, self.meter_per_step = meter, per_step
+
+    def at_finish(self, action: Callable[[], None]) -> None:
+        """Run ``action`` after training, before the files are written (:func:`finish`)."""
+        self.finishers.append(action)
 
 
 # --- setup --------------------------------------------------------------------------------------
@@ -221,31 +211,22 @@ def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict
     }
 
 
-def start(
-    strategy: str,
-    argv: list[str] | None = None,
-    *,
-    uses: Iterable[str] = (),
-    precisions: Iterable[str] = ("fp32",),
-    splits_batch: bool = True,
-) -> Context:
+def start(name: str, argv: list[str] | None = None) -> Context:
     """Parse options, join the process group, agree on the run folder, write run.json (rank 0).
 
-    ``splits_batch``: the global batch is divided among the ranks (data parallel); pipelines
-    divide it into microbatches instead and check that themselves."""
-    args = parse_args(strategy, argv, uses, precisions)
+    What the strategy takes (options, precisions, global batch, layout) is its registry entry."""
+    strategy = registry.STRATEGIES[name]
+    args = parse_args(strategy, argv)
     capture.exit_on_first_sigterm()  # a stopped rank still writes its trace
     torch.set_num_threads(1)  # torchrun sets OMP_NUM_THREADS=1, but not every launcher does
     _single_process_env()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if world_size % args.nodes:
+        raise SystemExit(f"{name}: world size {world_size} does not divide by --nodes {args.nodes}")
+    if strategy.splits_batch and args.global_batch % world_size:
         raise SystemExit(
-            f"{strategy}: world size {world_size} does not divide by --nodes {args.nodes}"
-        )
-    if splits_batch and args.global_batch % world_size:
-        raise SystemExit(
-            f"{strategy}: --global-batch {args.global_batch} does not divide by {world_size} ranks"
+            f"{name}: --global-batch {args.global_batch} does not divide by {world_size} ranks"
         )
     device = torch.device("cpu")
     if args.device == "cuda":
@@ -266,7 +247,7 @@ def start(
     # phase: agree on the run folder (rank 0 creates it unless the launcher did)
     box: list[Any] = [str(args.run_dir) if args.run_dir else None]
     if box[0] is None and rank == 0:
-        box[0] = str(runfolder.new_run_dir(args.out, strategy, time.strftime("%Y%m%d-%H%M%S")))
+        box[0] = str(runfolder.new_run_dir(args.out, name, time.strftime("%Y%m%d-%H%M%S")))
     dist.broadcast_object_list(box, src=0, group=meta_group)
     run = Path(box[0])
     run.mkdir(parents=True, exist_ok=True)
@@ -281,14 +262,14 @@ def start(
     everyone: list[Any] = [None] * world_size
     dist.all_gather_object(everyone, me, group=meta_group)
     ctx = Context(
-        strategy, args, rank, world_size, local_rank, node, host, device, group, meta_group, run
+        name, args, rank, world_size, local_rank, node, host, device, group, meta_group, run
     )
     ctx.topology = sorted(everyone, key=lambda r: r["rank"])
     if rank == 0:
         runfolder.write_json_atomic(
             runfolder.run_json_path(run), _run_json(ctx, ctx.topology, "running")
         )
-        _log(f"[{strategy}] {world_size} ranks, {args.backend} on {args.device}, run folder {run}")
+        _log(f"[{name}] {world_size} ranks, {args.backend} on {args.device}, run folder {run}")
     return ctx
 
 
@@ -306,8 +287,18 @@ def _one_step(
         _log(f"[{ctx.strategy}] rank {ctx.rank} hangs at step {k} (test hook)")
         while True:  # a hang: only a signal ends it
             time.sleep(3600)
+    ctx.step = k
+    meter = ctx.meter
     t0 = time.perf_counter()
-    out = step_fn(k)
+    if meter is None:
+        out = step_fn(k)
+    else:
+        if ctx.meter_per_step:
+            meter.reset_peak()
+        with meter:
+            out = step_fn(k)
+        if ctx.meter_per_step and k == ctx.memory_step:
+            ctx.activation_peak_bytes = meter.peak_bytes
     ctx.step_times.append(time.perf_counter() - t0)
     # None: this rank does not hold the loss (a pipeline stage before the last); no number is
     # logged or kept for it, rather than a NaN
@@ -348,15 +339,18 @@ def finish(
     ctx: Context,
     losses: list[float],
     params: dict[str, torch.Tensor] | None = None,
-    activation_peak_bytes: int | None = None,
+    train_extra: dict[str, Any] | None = None,
 ) -> None:
     """Write train/, memory/, flight recorder; rank 0 marks run.json ok; leave the group cleanly.
 
-    activation_peak_bytes: the peak of an ActivationMeter over the run, stored beside the model
-    states counted at the memory step."""
+    train_extra: more keys for train/rank<R>.json (a strategy's own log)."""
+    for action in ctx.finishers:
+        action()
     w = ctx.args.warmup
-    if ctx.memory is not None and activation_peak_bytes is not None:
-        ctx.memory["activation_peak_bytes"] = activation_peak_bytes
+    meter = ctx.meter
+    peak = ctx.activation_peak_bytes if ctx.meter_per_step or meter is None else meter.peak_bytes
+    if ctx.memory is not None and peak is not None:
+        ctx.memory["activation_peak_bytes"] = peak
     capture.write_train(
         ctx.run,
         ctx.rank,
@@ -365,6 +359,7 @@ def finish(
         profiled=[k >= w for k in range(len(losses))],
         warmup=w,
         steps=ctx.args.steps,
+        **(train_extra or {}),
     )
     if ctx.memory is not None:
         capture.write_memory(ctx.run, ctx.rank, ctx.memory)

@@ -35,12 +35,9 @@ Run: ``tracekit run hsdp --nproc 4 --nodes 2``.
 
 from __future__ import annotations
 
-import os
-
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from instrumented_runs import fsdp, harness
-from instrumented_runs.model import PRECISIONS
 
 
 def check_layout(world_size: int, nodes: int) -> str | None:
@@ -62,13 +59,7 @@ def hybrid_mesh(device_type: str, nodes: int, world_size: int) -> DeviceMesh:
 
 
 def main(argv: list[str] | None = None) -> None:
-    # Refuse a bad layout before joining the group (exit 2, one line, on every rank).
-    parser = harness.build_parser("hsdp")
-    early, _ = parser.parse_known_args(argv)
-    problem = check_layout(int(os.environ.get("WORLD_SIZE", "1")), early.nodes)
-    if problem:
-        parser.error(problem)
-    ctx = harness.start("hsdp", argv, uses=("prefetch",), precisions=PRECISIONS)
+    ctx = harness.start("hsdp", argv)  # a bad layout: refused there (check_layout, registry)
     mesh = hybrid_mesh(ctx.device.type, ctx.args.nodes, ctx.world_size)
     ctx.strategy_options.update(shard_size=mesh.size(1), replicate_size=mesh.size(0))
     fsdp.run(ctx, mesh, ctx.rank, ctx.world_size)  # every rank trains on its own slice

@@ -29,6 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from instrumented_runs.options import PRECISIONS
+
 
 @dataclass
 class GPTConfig:
@@ -140,7 +142,6 @@ def init_weights(model: nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) * std)
 
 
-PRECISIONS = ("fp32", "bf16-mixed")
 LR = 3e-3
 
 
@@ -186,3 +187,16 @@ def setup_precision(
     model.to(torch.bfloat16)
     master = MasterWeights(model.parameters())
     return master.optimizer, master
+
+
+def memory_states(
+    model: nn.Module, optimizer: torch.optim.Optimizer, master: MasterWeights | None
+) -> dict[str, Any]:
+    """What a replica holds as model states (tracekit.capture.model_states' arguments): the
+    model's parameters and gradients, Adam's state, and the fp32 master copy under bf16-mixed."""
+    return {
+        "params": list(model.parameters()),
+        "grads": [p.grad for p in model.parameters()],
+        "optimizer": optimizer,
+        "extra_optimizer": master.master if master else (),
+    }

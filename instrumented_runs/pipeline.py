@@ -47,9 +47,8 @@ keeps for backward on this stage; a microbatch's are freed by its backward. So t
 
 from __future__ import annotations
 
-import sys
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -64,19 +63,6 @@ from tracekit.labels import region
 
 SEND_WAIT = "sends"  # comm:wait:sends, the flush's wait for outstanding isends
 LOSS = "loss"  # comm:broadcast:loss, the last stage's loss to every rank
-# Pipeline runs default to 64 sequences per step (8 per microbatch at m = 8): with 1-sequence
-# microbatches a forward is mostly Python overhead and gloo's per-message latency rivals it
-# (measured, p=4, m=8, 2 cores shared, receives not yet posted ahead: measured - replay bubble
-# 0.16 at 32 sequences, 0.11 at 64).
-GLOBAL_BATCH = 64
-
-
-def with_defaults(argv: list[str] | None) -> list[str]:
-    """The command line, with the pipeline's default ``--global-batch`` unless one is given."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not any(a == "--global-batch" or a.startswith("--global-batch=") for a in argv):
-        argv = ["--global-batch", str(GLOBAL_BATCH), *argv]
-    return argv
 
 
 def stage_layers(n_layers: int, stages: int, stage: int) -> tuple[int, int]:
@@ -344,13 +330,10 @@ class StageRunner:
         return sum(self.losses.pop(j) for j in mbs) / len(mbs)
 
 
-def flush(
-    runner: StageRunner, optimizer: torch.optim.Optimizer, before_optimizer: Callable[[], None]
-) -> float:
-    """The synchronous flush of GPipe and 1F1B: every send received, then one optimizer step
-    (``before_optimizer`` first: the memory count), then the step's loss to every rank."""
+def flush(runner: StageRunner, optimizer: torch.optim.Optimizer) -> float:
+    """The synchronous flush of GPipe and 1F1B: every send received, then one optimizer step,
+    then the step's loss to every rank."""
     wait_sends(runner.sends)
-    before_optimizer()
     with region(labels.OPTIMIZER):
         optimizer.step()
     loss = runner.step_loss(range(runner.m)) if runner.stage.last else 0.0
@@ -371,10 +354,7 @@ def check_layout(world_size: int, nodes: int) -> str | None:
 def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]:
     """Stage of this rank, its runner and m; records the pipeline options in run.json."""
     p, cfg = ctx.world_size, ctx.model_config
-    m = ctx.args.microbatches or 2 * p  # default: m = 2p
-    problem = check_layout(p, ctx.args.nodes)
-    if problem:
-        raise SystemExit(f"{ctx.strategy}: {problem}")
+    m = ctx.args.microbatches or 2 * p  # default: m = 2p (the layout: checked by the harness)
     if ctx.args.global_batch % m:
         raise SystemExit(
             f"{ctx.strategy}: --global-batch {ctx.args.global_batch} does not divide into {m} microbatches"

@@ -54,7 +54,6 @@ from instrumented_runs.pipeline import (
     record_memory,
     setup,
     split_microbatches,
-    with_defaults,
 )
 from tracekit import labels
 from tracekit.labels import region
@@ -75,7 +74,6 @@ class OneFOneB:
 
     def __init__(self, runner: StageRunner, optimizer: torch.optim.Optimizer) -> None:
         self.runner, self.optimizer = runner, optimizer
-        self.before_optimizer = lambda: None
 
     def train_step(self, k: int, tokens: torch.Tensor, targets: torch.Tensor) -> float:
         r, m, p, s = self.runner, self.runner.m, self.runner.p, self.runner.s
@@ -98,22 +96,27 @@ class OneFOneB:
             for j in range(m - warmup, m):
                 r.backward(j)
             # phase: flush: every send received, then one synchronous optimizer step
-            loss = flush(r, self.optimizer, self.before_optimizer)
+            loss = flush(r, self.optimizer)
         r.end_step(k)
         return loss
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("pp-1f1b", with_defaults(argv), uses={"microbatches"}, splits_batch=False)
+    ctx = harness.start("pp-1f1b", argv)
     stage, runner, m = setup(ctx, "1f1b")
     optimizer = make_optimizer(stage.parameters())
     sched = OneFOneB(runner, optimizer)
+    ctx.count_memory_at(
+        optimizer,
+        lambda: dict(
+            params=stage.parameters(),
+            grads=[p.grad for p in stage.parameters()],
+            optimizer=optimizer,
+        ),
+    )
 
     def step(k: int) -> float:
         tokens, targets = ctx.batch(k)
-        sched.before_optimizer = lambda: ctx.count_memory(
-            k, stage.parameters(), [p.grad for p in stage.parameters()], optimizer
-        )
         return sched.train_step(k, tokens, targets)
 
     losses = harness.train(ctx, step)

@@ -52,7 +52,6 @@ from instrumented_runs.pipeline import (
     record_memory,
     setup,
     split_microbatches,
-    with_defaults,
 )
 from tracekit import labels
 from tracekit.labels import region
@@ -63,7 +62,6 @@ class GPipe:
 
     def __init__(self, runner: StageRunner, optimizer: torch.optim.Optimizer) -> None:
         self.runner, self.optimizer = runner, optimizer
-        self.before_optimizer = lambda: None
 
     def train_step(self, k: int, tokens: torch.Tensor, targets: torch.Tensor) -> float:
         r, m = self.runner, self.runner.m
@@ -81,22 +79,27 @@ class GPipe:
             for j in range(m):
                 r.backward(j)
             # phase: flush: every send received, then one synchronous optimizer step
-            loss = flush(r, self.optimizer, self.before_optimizer)
+            loss = flush(r, self.optimizer)
         r.end_step(k)
         return loss
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("pp-gpipe", with_defaults(argv), uses={"microbatches"}, splits_batch=False)
+    ctx = harness.start("pp-gpipe", argv)
     stage, runner, m = setup(ctx, "gpipe")
     optimizer = make_optimizer(stage.parameters())
     gpipe = GPipe(runner, optimizer)
+    ctx.count_memory_at(
+        optimizer,
+        lambda: dict(
+            params=stage.parameters(),
+            grads=[p.grad for p in stage.parameters()],
+            optimizer=optimizer,
+        ),
+    )
 
     def step(k: int) -> float:
         tokens, targets = ctx.batch(k)
-        gpipe.before_optimizer = lambda: ctx.count_memory(
-            k, stage.parameters(), [p.grad for p in stage.parameters()], optimizer
-        )
         return gpipe.train_step(k, tokens, targets)
 
     losses = harness.train(ctx, step)

@@ -43,8 +43,6 @@ Run: ``tracekit run pp-pipedream --nproc 4 --microbatches 8``.
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -52,7 +50,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from instrumented_runs import harness
+from instrumented_runs import checks, harness
 from instrumented_runs.model import LR
 from instrumented_runs.pipeline import (
     StageRunner,
@@ -61,10 +59,9 @@ from instrumented_runs.pipeline import (
     share_losses,
     split_microbatches,
     wait_sends,
-    with_defaults,
 )
 from instrumented_runs.pp_1f1b import one_f_one_b_order
-from tracekit import labels, runfolder
+from tracekit import labels
 from tracekit.labels import region
 
 
@@ -92,11 +89,13 @@ class PipeDream:
         self.used: dict[int, int] = {}  # microbatch -> version its forward used
         self.log: list[dict[str, Any]] = []  # per microbatch: versions and staleness
         self.batches: dict[int, list] = {}  # step -> its microbatches
-        self.count_memory = lambda: None
-        self.check: dict[str, Any] | None = None
 
     def live(self) -> list[nn.Parameter]:
         return [getattr(mod, name) for mod, name in self.slots]
+
+    def weights_held(self) -> list[nn.Parameter]:
+        """Every version still stashed, and the live weights: p - s copies in steady state."""
+        return [t for ts in self.versions.values() for t in ts] + self.live()
 
     def microbatch(self, g: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Microbatch g = step x m + j of the stream: (tokens, targets)."""
@@ -116,13 +115,10 @@ class PipeDream:
     def backward_and_update(self, g: int) -> None:
         u = self.used.pop(g)
         staleness = self.version - u
-        x = self.runner.input_of(g).detach().clone() if self._want_check(staleness) else None
-        grad_out = self.runner.backward(g, version=u, staleness=staleness)
+        self.runner.backward(g, version=u, staleness=staleness)
         got = [
             v for v, ts in self.versions.items() if ts[0].grad is not None
         ]  # who got the gradient
-        if x is not None:
-            self._save_check(g, u, x, grad_out)
         latest_v = self.version
         with region(labels.OPTIMIZER):
             for latest, stashed in zip(self.live(), self.versions[u]):
@@ -135,7 +131,6 @@ class PipeDream:
                 self._copy_on_write()  # versions[latest_v] stays, as a stash
             else:
                 del self.versions[latest_v]  # nobody needs it: update in place
-            self.count_memory()
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.version = latest_v + 1
@@ -164,12 +159,6 @@ class PipeDream:
             group[next(i for i, q in enumerate(group) if q is p)] = fresh
             if p in self.optimizer.state:
                 self.optimizer.state[fresh] = self.optimizer.state.pop(p)
-        # the meter skips parameters by storage: the live ones and every stashed version
-        self.runner.meter._exclude = {
-            t.untyped_storage().data_ptr()
-            for ts in (*self.versions.values(), self.live())
-            for t in ts
-        }
 
     def versions_held(self) -> int:
         return len(self.versions)
@@ -197,86 +186,47 @@ class PipeDream:
         done = [e["mb"] for e in self.log if e["step"] == k] if r.stage.last else []
         return r.step_loss(done)  # None off the last stage (share_losses fills it in later)
 
-    # --- the numerical check the tests run (TRACEKIT_PP_CHECK=1) -----------------------------------
-    def _want_check(self, staleness: int) -> bool:
-        return (
-            check_dump_wanted()
-            and self.check is None
-            and self.version >= 2 * self.runner.m
-            and staleness == self.runner.p - self.runner.s - 1
-        )
-
-    def _save_check(self, g: int, u: int, x: torch.Tensor, grad_out: torch.Tensor | None) -> None:
-        """What a test needs to recompute this backward: input, output gradient (or targets),
-        the stashed and the latest weights, and the gradients the backward produced."""
-        clone = lambda ts: [t.detach().clone() for t in ts]  # noqa: E731
-        self.check = {
-            "mb": g,
-            "version": u,
-            "latest_version": self.version,
-            "input": x,
-            "grad_output": grad_out,
-            "targets": self.microbatch(g)[1] if self.runner.stage.last else None,
-            "names": [
-                self.runner.stage.global_name(n) for n, _ in self.runner.stage.named_parameters()
-            ],
-            "stashed": clone(self.versions[u]),
-            "latest": clone(self.live()),
-            "grads": clone(t.grad for t in self.versions[u]),
-        }
-
-
-def check_dump_wanted() -> bool:
-    """TRACEKIT_PP_CHECK=1: save one backward's inputs and weights per stage, for the tests."""
-    return os.environ.get("TRACEKIT_PP_CHECK") == "1"
-
-
-def add_to_train_json(ctx: harness.Context, **extra: Any) -> None:
-    """Merge extra keys into train/rank<R>.json after ``harness.finish`` wrote it."""
-    path = runfolder.train_path(ctx.run, ctx.rank)
-    data = json.loads(path.read_text()) if path.is_file() else {"rank": ctx.rank}
-    data.update(extra)
-    runfolder.write_json_atomic(path, data)
-
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start(
-        "pp-pipedream", with_defaults(argv), uses={"microbatches"}, splits_batch=False
-    )
+    ctx = harness.start("pp-pipedream", argv)
     stage, runner, m = setup(ctx, "pipedream")
     # one update per microbatch: the fused Adam kernel (a few ops per update, not a few per tensor)
     optimizer = torch.optim.Adam(stage.parameters(), lr=LR, betas=(0.9, 0.95), fused=True)
     pd = PipeDream(runner, optimizer, ctx.total_steps, ctx.batch)
     ctx.strategy_options.update(weight_versions_theory=[runner.p - s for s in range(runner.p)])
-    k_now = [0]
-    pd.count_memory = lambda: ctx.count_memory(
-        k_now[0],
-        [t for ts in pd.versions.values() for t in ts] + [t for t in pd.live()],
-        [p.grad for p in pd.live()],
+    # measurement, hooked on each update: the activation meter skips the weights (live and
+    # stashed, by storage); the model states are every copy held
+    optimizer.register_step_pre_hook(lambda *_: runner.meter.exclude_only(pd.weights_held()))
+    ctx.count_memory_at(
         optimizer,
+        lambda: dict(
+            params=pd.weights_held(),
+            grads=[p.grad for p in pd.live()],
+            optimizer=optimizer,
+        ),
     )
+    checks.save_stashed_backward(ctx, pd)  # TRACEKIT_PP_CHECK=1: what a test recomputes
 
     def step(k: int) -> float | None:
-        k_now[0] = k
         return pd.train_step(k, last_step=k == ctx.total_steps - 1)
 
     losses = harness.train(ctx, step)
     losses = share_losses(ctx, runner, losses)
     profiled = [s for s in runner.steps if s["step"] >= ctx.args.warmup] or runner.steps
-    record_memory(ctx, runner, weight_versions=max(s["weight_versions"] for s in profiled))
-    if pd.check is not None:
-        path = runfolder.train_path(ctx.run, ctx.rank).with_name(f"pp_check_rank{ctx.rank}.pt")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(pd.check, path)
-    harness.finish(ctx, losses, params=stage.global_state_dict())
-    add_to_train_json(
+    weight_versions = max(s["weight_versions"] for s in profiled)
+    record_memory(ctx, runner, weight_versions=weight_versions)
+    harness.finish(
         ctx,
-        stage=runner.s,
-        stages=runner.p,
-        microbatches=m,
-        updates=pd.version,
-        weight_versions=max(s["weight_versions"] for s in profiled),
-        microbatch_log=pd.log,
+        losses,
+        params=stage.global_state_dict(),
+        train_extra=dict(
+            stage=runner.s,
+            stages=runner.p,
+            microbatches=m,
+            updates=pd.version,
+            weight_versions=weight_versions,
+            microbatch_log=pd.log,
+        ),
     )
 
 

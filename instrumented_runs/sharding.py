@@ -23,7 +23,9 @@ group and the model computes on it unchanged.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -132,10 +134,18 @@ class ShardOptimizer:
 
 
 class UnitActivationMeter(ActivationMeter):
-    """ActivationMeter for ZeRO-3: gathered parameters come and go, so their storages are
-    excluded while they exist and forgotten when freed (the allocator may hand the same address
-    to an activation later)."""
+    """ActivationMeter for ZeRO-3: gathered parameters come and go, so a saved tensor is skipped
+    when its storage is one of the units' gathered buffers at the moment it is saved (``buffers``:
+    every unit's flat buffer; a freed one has no memory, hence no address, and the allocator may
+    hand its old address to an activation later)."""
 
-    def forget(self, tensors: list[torch.Tensor]) -> None:
-        for t in tensors:
-            self._exclude.discard(t.untyped_storage().data_ptr())
+    def __init__(self, buffers: Callable[[], Iterable[torch.Tensor]]) -> None:
+        super().__init__()
+        self._buffers = buffers
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            ptr = t.untyped_storage().data_ptr()
+            if ptr and any(ptr == b.untyped_storage().data_ptr() for b in self._buffers()):
+                return t  # gathered weights are model states, not activations
+        return super()._pack(t)

@@ -13,8 +13,8 @@ import sys
 import torch
 
 from instrumented_runs.data import global_batch, rank_slice
-from instrumented_runs.harness import DEFAULT_GLOBAL_BATCH
 from instrumented_runs.model import GPT, GPTConfig, setup_precision
+from instrumented_runs.registry import DEFAULT_GLOBAL_BATCH
 
 
 def train_single(

@@ -53,10 +53,10 @@ import torch.nn.functional as F
 from instrumented_runs import harness
 from instrumented_runs.model import (
     GPT,
-    PRECISIONS,
     GPTConfig,
     MasterWeights,
     loss_fn,
+    memory_states,
     setup_precision,
 )
 from tracekit import capture, labels
@@ -309,7 +309,6 @@ class TensorParallel:
         self, model: TensorParallelGPT, optimizer: torch.optim.Optimizer | MasterWeights
     ) -> None:
         self.model, self.optimizer = model, optimizer
-        self.before_optimizer: Callable[[], None] | None = None
 
     def train_step(self, tokens: torch.Tensor, targets: torch.Tensor) -> float:
         with region(labels.STEP):
@@ -321,32 +320,10 @@ class TensorParallel:
             # phase: backward; per layer f sums the gradient into MLP, then attention (2 all-reduces)
             with region(labels.BACKWARD):
                 loss.backward()
-            if self.before_optimizer is not None:
-                self.before_optimizer()
             # phase: local update; shards are independent, replicated parts stay identical
             with region(labels.OPTIMIZER):
                 self.optimizer.step()
         return loss.item()
-
-
-def count_memory(
-    ctx: harness.Context,
-    k: int,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    master: MasterWeights | None,
-    meter: capture.ActivationMeter,
-) -> None:
-    """Model states (at the memory step) plus the activation peak of this step's forward/backward."""
-    ctx.count_memory(
-        k,
-        model.parameters(),
-        [p.grad for p in model.parameters()],
-        optimizer,
-        extra_optimizer=master.master if master else (),
-    )
-    if k == ctx.memory_step and ctx.memory is not None:
-        ctx.memory["activation_peak_bytes"] = meter.peak_bytes
 
 
 def group_record(group: dist.ProcessGroup, dim: str) -> dict[str, Any]:
@@ -360,12 +337,11 @@ def group_record(group: dist.ProcessGroup, dim: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("tp", argv, precisions=PRECISIONS)
+    ctx = harness.start("tp", argv)
     cfg, t = ctx.model_config, dist.get_world_size(ctx.group)
     model = TensorParallelGPT(GPT(cfg, seed=ctx.args.seed), ctx.group).to(ctx.device)
     optimizer, master = setup_precision(model, ctx.args.precision)
     tp = TensorParallel(model, master or optimizer)
-    meter = capture.ActivationMeter(exclude=model.parameters())  # after the bf16 cast
     split = model.param_split()
     ctx.strategy_options.update(
         tp_size=t,
@@ -377,12 +353,13 @@ def main(argv: list[str] | None = None) -> None:
         process_groups=[group_record(ctx.group, "tp")],
     )
 
+    # activations: the peak of the memory step; parameters (after the bf16 cast) are not ones
+    ctx.meter_activations(capture.ActivationMeter(exclude=model.parameters()), per_step=True)
+    ctx.count_memory_at(optimizer, lambda: memory_states(model, optimizer, master))
+
     def step(k: int) -> float:
         tokens, targets = ctx.batch(k)  # every TP rank sees the whole batch
-        tp.before_optimizer = lambda: count_memory(ctx, k, model, optimizer, master, meter)
-        meter.reset_peak()
-        with meter:
-            return tp.train_step(tokens, targets)
+        return tp.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)
     harness.finish(ctx, losses, params=model.state_dict())

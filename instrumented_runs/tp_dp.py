@@ -37,8 +37,8 @@ import torch.distributed as dist
 
 from instrumented_runs import harness
 from instrumented_runs.dp import DataParallel
-from instrumented_runs.model import GPT, PRECISIONS, setup_precision
-from instrumented_runs.tp import TensorParallelGPT, count_memory, group_record
+from instrumented_runs.model import GPT, memory_states, setup_precision
+from instrumented_runs.tp import TensorParallelGPT, group_record
 from tracekit import capture
 
 
@@ -70,7 +70,7 @@ def all_process_groups(ctx: harness.Context, own: list[dict[str, Any]]) -> list[
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("tp-dp", argv, precisions=PRECISIONS)
+    ctx = harness.start("tp-dp", argv)
     cfg, nodes = ctx.model_config, ctx.args.nodes
     tp_size = ctx.world_size // nodes
     tp_group, dp_group, own = tp_dp_groups(ctx.rank, ctx.world_size, tp_size)
@@ -78,7 +78,6 @@ def main(argv: list[str] | None = None) -> None:
     model = TensorParallelGPT(GPT(cfg, seed=ctx.args.seed), tp_group).to(ctx.device)
     optimizer, master = setup_precision(model, ctx.args.precision)
     dp = DataParallel(model, master or optimizer, dp_group)
-    meter = capture.ActivationMeter(exclude=model.parameters())  # after the bf16 cast
     dp_rank, dp_size = dist.get_rank(dp_group), dist.get_world_size(dp_group)
     split = model.param_split()
     ctx.strategy_options.update(
@@ -94,14 +93,14 @@ def main(argv: list[str] | None = None) -> None:
         process_groups=all_process_groups(ctx, own),
     )
 
+    # activations: the peak of the memory step; parameters (after the bf16 cast) are not ones
+    ctx.meter_activations(capture.ActivationMeter(exclude=model.parameters()), per_step=True)
+    ctx.count_memory_at(optimizer, lambda: memory_states(model, optimizer, master))
+
     def step(k: int) -> float:
-        tokens, targets = ctx.dp_batch(
-            k, dp_rank, dp_size
-        )  # one slice per node, whole slice per TP rank
-        dp.before_optimizer = lambda: count_memory(ctx, k, model, optimizer, master, meter)
-        meter.reset_peak()
-        with meter:
-            return dp.train_step(tokens, targets)
+        # one slice per node, the whole slice on every TP rank of the node
+        tokens, targets = ctx.dp_batch(k, dp_rank, dp_size)
+        return dp.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)
     harness.finish(ctx, losses, params=model.state_dict())

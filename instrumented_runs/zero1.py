@@ -40,15 +40,13 @@ Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.zero1`` or ``tracekit ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
 from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
-from instrumented_runs.model import GPT, PRECISIONS
+from instrumented_runs.model import GPT
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer
 from tracekit import labels
 from tracekit.capture import ActivationMeter
@@ -94,7 +92,6 @@ class ZeRO1:
         self.param_shard = self.layout.shard(self.flat_param, self.rank)
         self.grad_shard = self.layout.shard(self.flat_grad, self.rank)
         self.opt = ShardOptimizer([self.param_shard], precision)
-        self.before_optimizer: Callable[[], None] | None = None
 
     def describe(self) -> dict:
         return {"flat": self.layout.describe(), "shard_numel": self.layout.shard_numel}
@@ -112,8 +109,6 @@ class ZeRO1:
             # phase: reduce, the mean gradient over this rank's slice only
             self.flat_grad.div_(self.world_size)
             reduce_scatter_grads(self.flat_grad, self.grad_shard, self.group)
-            if self.before_optimizer is not None:
-                self.before_optimizer()
             # phase: update, Adam on the owned slice (bf16-mixed: on its fp32 master copy)
             with region(labels.OPTIMIZER):
                 self.opt.step([self.grad_shard])
@@ -123,7 +118,7 @@ class ZeRO1:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("zero1", argv, precisions=PRECISIONS)
+    ctx = harness.start("zero1", argv)
     model = GPT(ctx.model_config, seed=ctx.args.seed).to(
         ctx.device
     )  # same seed: same weights everywhere
@@ -131,22 +126,23 @@ def main(argv: list[str] | None = None) -> None:
         model.to(torch.bfloat16)
     zero = ZeRO1(model, ctx.args.precision, ctx.group)
     ctx.strategy_options.update(zero_stage=1, dp_degree=zero.world_size, **zero.describe())
-    meter = ActivationMeter(exclude=[zero.flat_param])
+    ctx.meter_activations(ActivationMeter(exclude=[zero.flat_param]))
+    ctx.count_memory_at(
+        zero.opt.optimizer,
+        lambda: dict(
+            params=[zero.flat_param],
+            grads=[zero.flat_grad, *(p.grad for p in model.parameters())],
+            optimizer=zero.opt.optimizer,
+            extra_optimizer=zero.opt.master_copies(),
+        ),
+    )
 
     def step(k: int) -> float:
         tokens, targets = ctx.dp_batch(k, zero.rank, zero.world_size)
-        zero.before_optimizer = lambda: ctx.count_memory(
-            k,
-            [zero.flat_param],
-            [zero.flat_grad, *(p.grad for p in model.parameters())],
-            zero.opt.optimizer,
-            extra_optimizer=zero.opt.master_copies(),
-        )
-        with meter:
-            return zero.train_step(tokens, targets)
+        return zero.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=model.state_dict(), activation_peak_bytes=meter.peak_bytes)
+    harness.finish(ctx, losses, params=model.state_dict())
 
 
 if __name__ == "__main__":

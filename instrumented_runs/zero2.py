@@ -50,7 +50,7 @@ import torch.nn as nn
 
 from instrumented_runs import harness
 from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
-from instrumented_runs.model import GPT, PRECISIONS
+from instrumented_runs.model import GPT
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer, split_into_buckets
 from tracekit import labels
 from tracekit.capture import ActivationMeter
@@ -137,7 +137,6 @@ class ZeRO2:
         ]
         self.opt = ShardOptimizer(self.param_shards, precision)
         self.next_bucket = 0
-        self.before_optimizer: Callable[[], None] | None = None
         for bucket in self.buckets:
             for p, offset in zip(bucket.layout.params, bucket.layout.offsets):
                 p.register_post_accumulate_grad_hook(self._grad_ready_hook(bucket, offset))
@@ -196,8 +195,6 @@ class ZeRO2:
             with region(labels.BACKWARD):
                 loss.backward()
             self.wait_and_free()
-            if self.before_optimizer is not None:
-                self.before_optimizer()
             # phase: update, Adam on the owned slices (bf16-mixed: on their fp32 master copies)
             with region(labels.OPTIMIZER):
                 self.opt.step([b.grad_shard for b in self.buckets])
@@ -207,7 +204,7 @@ class ZeRO2:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("zero2", argv, precisions=PRECISIONS)
+    ctx = harness.start("zero2", argv)
     model = GPT(ctx.model_config, seed=ctx.args.seed).to(
         ctx.device
     )  # same seed: same weights everywhere
@@ -220,22 +217,23 @@ def main(argv: list[str] | None = None) -> None:
         bucket_cap_bytes=zero.bucket_cap_bytes,
         buckets=zero.describe(),
     )
-    meter = ActivationMeter(exclude=zero.flat_params)
+    ctx.meter_activations(ActivationMeter(exclude=zero.flat_params))
+    ctx.count_memory_at(
+        zero.opt.optimizer,
+        lambda: dict(
+            params=zero.flat_params,
+            grads=[*(b.grad_shard for b in zero.buckets), *(p.grad for p in model.parameters())],
+            optimizer=zero.opt.optimizer,
+            extra_optimizer=zero.opt.master_copies(),
+        ),
+    )
 
     def step(k: int) -> float:
         tokens, targets = ctx.dp_batch(k, zero.rank, zero.world_size)
-        zero.before_optimizer = lambda: ctx.count_memory(
-            k,
-            zero.flat_params,
-            [*(b.grad_shard for b in zero.buckets), *(p.grad for p in model.parameters())],
-            zero.opt.optimizer,
-            extra_optimizer=zero.opt.master_copies(),
-        )
-        with meter:
-            return zero.train_step(tokens, targets)
+        return zero.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=model.state_dict(), activation_peak_bytes=meter.peak_bytes)
+    harness.finish(ctx, losses, params=model.state_dict())
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ import torch.nn as nn
 
 from instrumented_runs import harness
 from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
-from instrumented_runs.model import GPT, PRECISIONS, loss_fn
+from instrumented_runs.model import GPT, loss_fn
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer, UnitActivationMeter
 from tracekit import labels
 from tracekit.labels import BWD, FWD, region
@@ -146,9 +146,8 @@ class ZeRO3:
         precision: str,
         group: dist.ProcessGroup,
         prefetch: int = DEFAULT_PREFETCH,
-        meter: UnitActivationMeter | None = None,
     ) -> None:
-        self.model, self.group, self.prefetch, self.meter = model, group, prefetch, meter
+        self.model, self.group, self.prefetch = model, group, prefetch
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
         self.units: list[Unit] = []
         self.forwards: list[Callable] = []
@@ -172,7 +171,6 @@ class ZeRO3:
             for p, offset in zip(layout.params, layout.offsets):
                 p.register_post_accumulate_grad_hook(self._grad_ready_hook(unit, offset))
         self.opt = ShardOptimizer([u.shard for u in self.units], precision)
-        self.before_optimizer: Callable[[], None] | None = None
 
     def describe(self) -> list[dict]:
         return [{"name": u.name, **u.layout.describe()} for u in self.units]
@@ -183,8 +181,6 @@ class ZeRO3:
         if unit.gathered or unit.gather is not None:
             return
         unit.full.untyped_storage().resize_(unit.nbytes)  # memory for the whole unit again
-        if self.meter is not None:
-            self.meter.exclude([unit.full])  # gathered weights are not activations
         unit.gather = all_gather_unit(unit, direction, self.group)
 
     def _fetch(self, unit: Unit, direction: str) -> None:
@@ -195,8 +191,6 @@ class ZeRO3:
         unit.gathered = True
 
     def _free(self, unit: Unit) -> None:
-        if self.meter is not None:
-            self.meter.forget([unit.full])
         unit.full.untyped_storage().resize_(0)
         unit.gathered = False
 
@@ -263,8 +257,6 @@ class ZeRO3:
             with region(labels.BACKWARD):
                 loss.backward()
             self.finish_reduce()
-            if self.before_optimizer is not None:
-                self.before_optimizer()
             # phase: update, Adam on the owned slices; the next forward gathers the new weights
             with region(labels.OPTIMIZER):
                 self.opt.step([u.grad_shard for u in self.units])
@@ -283,33 +275,32 @@ class ZeRO3:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("zero3", argv, uses=("prefetch",), precisions=PRECISIONS)
+    ctx = harness.start("zero3", argv)
     prefetch = DEFAULT_PREFETCH if ctx.args.prefetch is None else ctx.args.prefetch
     model = GPT(ctx.model_config, seed=ctx.args.seed).to(ctx.device)
     if ctx.args.precision == "bf16-mixed":
         model.to(torch.bfloat16)
-    meter = UnitActivationMeter()
-    zero = ZeRO3(model, ctx.args.precision, ctx.group, prefetch=prefetch, meter=meter)
+    zero = ZeRO3(model, ctx.args.precision, ctx.group, prefetch=prefetch)
     ctx.strategy_options.update(
         zero_stage=3, dp_degree=zero.world_size, prefetch=prefetch, units=zero.describe()
+    )
+    ctx.meter_activations(UnitActivationMeter(lambda: [u.full for u in zero.units]))
+    ctx.count_memory_at(
+        zero.opt.optimizer,
+        lambda: dict(
+            params=[u.shard for u in zero.units],
+            grads=[*(u.grad_shard for u in zero.units), *(p.grad for p in model.parameters())],
+            optimizer=zero.opt.optimizer,
+            extra_optimizer=zero.opt.master_copies(),
+        ),
     )
 
     def step(k: int) -> float:
         tokens, targets = ctx.dp_batch(k, zero.rank, zero.world_size)
-        zero.before_optimizer = lambda: ctx.count_memory(
-            k,
-            [u.shard for u in zero.units],
-            [*(u.grad_shard for u in zero.units), *(p.grad for p in model.parameters())],
-            zero.opt.optimizer,
-            extra_optimizer=zero.opt.master_copies(),
-        )
-        with meter:
-            return zero.train_step(tokens, targets)
+        return zero.train_step(tokens, targets)
 
     losses = harness.train(ctx, step)
-    harness.finish(
-        ctx, losses, params=zero.full_state_dict(), activation_peak_bytes=meter.peak_bytes
-    )
+    harness.finish(ctx, losses, params=zero.full_state_dict())
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from conftest import torchrun
 from instrumented_runs.model import GPTConfig
 from instrumented_runs.single import train_single
 from tracekit import capture, runfolder
-from tracekit.launch import RunOptions, run_job
+from tracekit.capture.launch import RunOptions, run_job
 
 pytestmark = pytest.mark.slow
 

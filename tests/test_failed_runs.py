@@ -16,7 +16,7 @@ import pytest
 from conftest import run_cli
 
 from tracekit import runfolder
-from tracekit.launch import RunOptions, run_job
+from tracekit.capture.launch import RunOptions, run_job
 
 HANG_REACHED = "rank 1 hangs at step 1 (test hook)"
 _REACHED_S: list[float] = []  # seconds a job took to reach the hang (test_killed_rank measures it)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tracekit import labels, runfolder
+from tracekit.capture.launch import RunOptions, run_job
 from tracekit.errors import TracekitError
-from tracekit.launch import RunOptions, run_job
 
 REPO = Path(__file__).resolve().parents[1]
 

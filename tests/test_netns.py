@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tracekit import netns, runfolder
+from tracekit import runfolder
 from tracekit.analyze import analyze
-from tracekit.launch import RunOptions, run_job
+from tracekit.capture import netns
+from tracekit.capture.launch import RunOptions, run_job
 
 pytestmark = [
     pytest.mark.slow,

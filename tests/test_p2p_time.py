@@ -44,7 +44,7 @@ def test_pipeline_samples_count_transfer_and_blocked_wait(sample):
 @pytest.mark.slow
 def test_fresh_pp_1f1b_run(tmp_path):
     from tracekit import runfolder
-    from tracekit.launch import RunOptions, run_job
+    from tracekit.capture.launch import RunOptions, run_job
 
     run = run_job(RunOptions("pp-1f1b", nproc=2, steps=2, warmup=1, out=tmp_path, timeout=400))
     assert (runfolder.load_run_json(run) or {}).get("status") == "ok"

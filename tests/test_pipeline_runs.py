@@ -15,15 +15,17 @@ from conftest import run_cli
 from torch.func import functional_call
 
 from instrumented_runs.model import GPTConfig, loss_fn
-from instrumented_runs.pipeline import GLOBAL_BATCH, Stage
+from instrumented_runs.pipeline import Stage
+from instrumented_runs.registry import STRATEGIES
 from instrumented_runs.single import train_single
 from tracekit import capture, runfolder, theory
 from tracekit.analyze import analyze
-from tracekit.launch import RunOptions, run_job
+from tracekit.capture.launch import RunOptions, run_job
 
 pytestmark = pytest.mark.slow
 
 STEPS, WARMUP, M4 = 2, 1, 8
+GLOBAL_BATCH = STRATEGIES["pp-gpipe"].global_batch
 
 
 def _run(

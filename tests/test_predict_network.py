@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tracekit import netns
+from tracekit.capture import netns
 
 pytestmark = [
     pytest.mark.slow,

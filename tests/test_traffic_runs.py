@@ -19,8 +19,8 @@ from tracekit import runfolder
 from tracekit.analyses.traffic import link_bytes
 from tracekit.analyses.traffic_section import model_calls
 from tracekit.analyze import analyze
+from tracekit.capture.launch import RunOptions, run_job
 from tracekit.ingest.nccl_log import read_nccl_logs, ring_order
-from tracekit.launch import RunOptions, run_job
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DP = REPO / "sample_traces" / "dp"

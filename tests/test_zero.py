@@ -20,11 +20,12 @@ from conftest import SAMPLES
 
 from instrumented_runs.harness import parse_args
 from instrumented_runs.model import GPTConfig
+from instrumented_runs.registry import STRATEGIES
 from instrumented_runs.single import train_single
 from tracekit import capture, runfolder, theory
 from tracekit.analyze import Analysis, analyze
+from tracekit.capture.launch import RunOptions, run_job, validate
 from tracekit.errors import TracekitError
-from tracekit.launch import RunOptions, run_job, validate
 
 pytestmark = pytest.mark.slow
 
@@ -360,4 +361,4 @@ def test_prefetch_is_a_zero3_option() -> None:
         with pytest.raises(TracekitError, match="prefetch"):
             validate(RunOptions(strategy, prefetch=1))
     with pytest.raises(SystemExit):
-        parse_args("zero1", ["--prefetch", "1"], uses=(), precisions=("fp32",))
+        parse_args(STRATEGIES["zero1"], ["--prefetch", "1"])

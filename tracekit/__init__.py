@@ -39,7 +39,7 @@ _PROFILER_NAMES = ("profile", "profiled", "StepProfiler", "Profiler", "ProfileWa
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
     if name in _PROFILER_NAMES:
-        from tracekit import profiler
+        from tracekit.capture import profiler
 
         return getattr(profiler, name)
     raise AttributeError(f"module 'tracekit' has no attribute {name!r}")

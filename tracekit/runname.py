@@ -5,7 +5,8 @@
 
 One function for every place that lists runs side by side (``tracekit compare``, ``tracekit
 demo``, the Dash index), so that a run reads the same everywhere. The name comes from run.json
-``strategy`` and ``config``; a folder of traces without a run.json is shown by its folder name.
+``strategy`` and ``config``, each option shown as its declaration says (``phrase`` in
+instrumented_runs.options); a folder of traces without a run.json is shown by its folder name.
 """
 
 from __future__ import annotations
@@ -15,23 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from instrumented_runs.options import name_phrases
 from tracekit import runfolder
 from tracekit.errors import TracekitError
-
-
-def _options(config: Mapping[str, Any]) -> list[str]:
-    """The options that change what a strategy does, each as a short phrase (docs/cli.md)."""
-    out = []
-    if config.get("prefetch") is not None:
-        out.append(f"prefetch {config['prefetch']}")
-    if config.get("microbatches") is not None:
-        out.append(f"{config['microbatches']} microbatches")
-    if isinstance(config.get("nodes"), int) and config["nodes"] > 1:
-        out.append(f"{config['nodes']} nodes")
-    if config.get("precision") not in (None, "fp32"):
-        out.append(str(config["precision"]))
-    return out
-
 
 # asked only when two runs would share a name: options that every run has (value -> phrase)
 _TIEBREAK = (
@@ -47,7 +34,7 @@ def display_name(run: Mapping[str, Any] | None, fallback: str = "?") -> str:
     if not isinstance(run, Mapping) or not run.get("strategy"):
         return fallback
     config = run.get("config") if isinstance(run.get("config"), Mapping) else {}
-    opts = _options(config)
+    opts = name_phrases(config)
     return f"{run['strategy']} ({', '.join(opts)})" if opts else str(run["strategy"])
 
 

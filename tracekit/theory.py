@@ -24,20 +24,13 @@ _FORMULA = {
         "zero3": "16Psi/N",
     },
 }
-_STRATEGY_FAMILY = {
-    "dp": "dp",
-    "zero1": "zero1",
-    "zero2": "zero2",
-    "zero3": "zero3",
-    "fsdp": "zero3",
-}
 
 
-def model_states_bytes(strategy: str, precision: str, psi: int, n: int) -> dict | None:
-    """{model_states_bytes, formula} per rank, or None when the paper gives no formula for it."""
-    family = _STRATEGY_FAMILY.get(strategy)
+def model_states_bytes(family: str, precision: str, psi: int, n: int) -> dict | None:
+    """{model_states_bytes, formula} per rank for a formula family (dp, zero1, zero2, zero3; which
+    strategy follows which: ``theory`` in instrumented_runs.registry), or None without one."""
     table = _MODEL_STATES.get(precision)
-    if family is None or table is None or psi <= 0 or n <= 0:
+    if table is None or family not in table or psi <= 0 or n <= 0:
         return None
     replicated, sharded = table[family]
     return {

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from instrumented_runs import registry
 from tracekit import theory
 from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
@@ -41,8 +42,6 @@ STATE_KEYS = (
     "model_states_bytes",
     "activation_peak_bytes",
 )
-# strategies whose model states follow another's formula (HSDP: ZeRO-3 inside its shard group)
-THEORY_AS = {"hsdp": "zero3"}
 
 
 def _peak(peaks: dict[str, int]) -> tuple[int | None, str | None]:
@@ -69,7 +68,8 @@ def theory_for(run: RunRecord | None) -> dict[str, Any] | None:
     strategy = str(run.strategy)
     precision = run.precision or run.config.precision or "fp32"
     n = sharding_degree(run)
-    value = theory.model_states_bytes(THEORY_AS.get(strategy, strategy), precision, psi, n)
+    family = registry.theory_of(strategy)  # e.g. fsdp, hsdp (ZeRO-3 inside a node) -> zero3
+    value = None if family is None else theory.model_states_bytes(family, precision, psi, n)
     return None if value is None else {**value, "psi": psi, "n": n, "precision": precision}
 
 

@@ -1,9 +1,9 @@
 """Which schedule a pipeline ran, its microbatches, its bubble in theory and in a replay.
 
-- schedule: run.json's strategy (STRATEGY_SCHEDULES), else what the labels say (torch's
-  ``Forward i`` labels: GPipe; ``PP:`` actions: 1F1B, interleaved when a rank holds several
-  stages; weight versions: PipeDream; else GPipe when every stage ran all forwards of a step
-  before its first backward, 1F1B otherwise).
+- schedule: run.json's strategy (its ``schedule`` in instrumented_runs.registry), else what
+  the labels say (torch's ``Forward i`` labels: GPipe; ``PP:`` actions: 1F1B, interleaved when
+  a rank holds several stages; weight versions: PipeDream; else GPipe when every stage ran all
+  forwards of a step before its first backward, 1F1B otherwise).
 - bubble_fraction_theory: tracekit.theory.pipeline_bubble_fraction, (p-1)/(m+p-1) of the step
   for GPipe and 1F1B, (p-1)/(v m+p-1) interleaved with v stages per rank; None for PipeDream.
   ``bubble_fraction_theory_megatron``: tracekit.theory.megatron_bubble_ratio, bubble time
@@ -24,6 +24,7 @@ import statistics
 
 import polars as pl
 
+from instrumented_runs import registry
 from tracekit import theory
 from tracekit.analyses.replay import replay
 from tracekit.ingest.run_record import RunRecord
@@ -37,14 +38,12 @@ REPLAY_SCHEMA = {
     "end_s": pl.Float64,
 }
 
-STRATEGY_SCHEDULES = {"pp-gpipe": "gpipe", "pp-1f1b": "1f1b", "pp-pipedream": "pipedream"}
-
 
 def schedule_of(run: RunRecord | None, ops: pl.DataFrame, source: str | None) -> str | None:
     """The schedule's name (see the module docstring)."""
-    strategy = run.strategy if run is not None else None
-    if strategy in STRATEGY_SCHEDULES:
-        return STRATEGY_SCHEDULES[strategy]
+    declared = registry.schedule_of(run.strategy if run is not None else None)
+    if declared is not None:  # our pipelines say theirs (instrumented_runs.registry)
+        return declared
     if source == "torch_gpipe":
         return "gpipe"
     if source == "torch_actions":

@@ -16,10 +16,8 @@ What it does, on every rank:
   ``traces/cycles/`` (``tracekit analyze`` reads the latest);
 - agrees on the run folder: rank 0 creates ``<out_dir>/user-<stamp>`` and broadcasts it (or
   every rank uses ``run_dir=`` as given);
-- gathers every rank's host, local rank, node and CPU threads: the topology in run.json. The
-  node comes from the launcher when it says (torchrun ``GROUP_RANK``, Slurm ``SLURM_NODEID``),
-  else from the host names; the local rank from ``LOCAL_RANK`` / ``SLURM_LOCALID``, else the
-  order on the host. Without an initialised process group it is a one-rank run;
+- gathers every rank's host, local rank, node and CPU threads: the topology in run.json
+  (tracekit.capture.placement). Without an initialised process group it is a one-rank run;
 - warns (``warnings.warn`` and run.json ``warnings``) when the ranks on one host run more
   threads than it has CPUs, and on NCCL when ``NCCL_DEBUG_FILE`` was not set before init;
 - at the end dumps the flight recorder (``nccl/fr_rank<R>.json``), copies this process's NCCL
@@ -43,7 +41,6 @@ import functools
 import os
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
@@ -55,130 +52,22 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from tracekit import capture, runfolder
+from tracekit import runfolder
+from tracekit.capture import placement, records, trace
 
 STRATEGY = "user"
 F = TypeVar("F", bound=Callable[..., Any])
-
-# launcher variables, most specific first: (node id, local rank)
-_NODE_VARS = ("GROUP_RANK", "SLURM_NODEID")
-_LOCAL_VARS = ("LOCAL_RANK", "SLURM_LOCALID")
 
 
 class ProfileWarning(UserWarning):
     """Something about the job that makes its trace less useful (oversubscription, no logs)."""
 
 
-# --- who and where am I --------------------------------------------------------------------------
-
-
-def _env_int(names: tuple[str, ...]) -> tuple[int | None, str | None]:
-    for name in names:
-        value = os.environ.get(name, "")
-        if value.strip().lstrip("-").isdigit():
-            return int(value), name
-    return None, None
-
-
-def _launcher() -> str:
-    if "TORCHELASTIC_RUN_ID" in os.environ or "GROUP_RANK" in os.environ:
-        return "torchrun"
-    if "SLURM_PROCID" in os.environ:
-        return "slurm"
-    return "none"
-
-
-def _cpus() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
-
-
-def _nccl_log_path() -> str | None:
-    """This process's NCCL_DEBUG_FILE with NCCL's %h (short host name) and %p (pid) expanded."""
-    pattern = os.environ.get("NCCL_DEBUG_FILE")
-    if not pattern:
-        return None
-    host = socket.gethostname().split(".")[0]
-    return pattern.replace("%h", host).replace("%p", str(os.getpid()))
-
-
-def _me(rank: int) -> dict[str, Any]:
-    node, node_var = _env_int(_NODE_VARS)
-    local, local_var = _env_int(_LOCAL_VARS)
-    return {
-        "rank": rank,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "node_env": node,
-        "node_var": node_var,
-        "local_env": local,
-        "local_var": local_var,
-        "threads": torch.get_num_threads(),
-        "cpus": _cpus(),
-    }
-
-
-def topology(everyone: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, list[str]]:
-    """run.json topology from what every rank said about itself: (rows, source, warnings).
-
-    Node: the launcher's node id when every rank has one from the same variable and no node id
-    spans two hosts; else the order in which hosts first appear by rank. Local rank: the
-    launcher's, else the rank's position among the ranks of its host.
-    """
-    everyone = sorted(everyone, key=lambda m: m["rank"])
-    notes: list[str] = []
-    hosts_of: dict[int, set[str]] = {}
-    for m in everyone:
-        if m["node_env"] is not None:
-            hosts_of.setdefault(m["node_env"], set()).add(m["host"])
-    node_vars = {m["node_var"] for m in everyone}
-    source = "host_name"
-    if len(node_vars) == 1 and None not in node_vars:
-        split = sorted(n for n, h in hosts_of.items() if len(h) > 1)
-        if split:
-            notes.append(
-                f"{node_vars.pop()} puts several hosts on node(s) {split}; nodes taken "
-                "from the host names instead"
-            )
-        else:
-            source = node_vars.pop()
-    order: dict[str, int] = {}
-    seen_on_host: dict[str, int] = {}
-    rows = []
-    for m in everyone:
-        node = m["node_env"] if source != "host_name" else order.setdefault(m["host"], len(order))
-        position = seen_on_host.get(m["host"], 0)
-        seen_on_host[m["host"]] = position + 1
-        local = m["local_env"] if m["local_env"] is not None else position
-        rows.append({"rank": m["rank"], "node": node, "host": m["host"], "local_rank": local})
-    return rows, source, notes
-
-
-def oversubscription(everyone: list[dict[str, Any]]) -> list[str]:
-    """One warning per host whose ranks run more threads than the CPUs they may use."""
-    by_host: dict[str, list[dict[str, Any]]] = {}
-    for m in everyone:
-        by_host.setdefault(m["host"], []).append(m)
-    out = []
-    for host, ranks in sorted(by_host.items()):
-        threads = sum(m["threads"] for m in ranks)
-        cpus = len(set().union(*(m["cpus"] for m in ranks)))
-        if threads > cpus:
-            per_rank = sorted({m["threads"] for m in ranks})
-            fair = max(1, cpus // len(ranks))
-            out.append(
-                f"host {host}: {len(ranks)} ranks x {'/'.join(map(str, per_rank))} threads "
-                f"= {threads} threads on {cpus} CPUs: the ranks oversubscribe the CPUs and "
-                f"timings suffer; call torch.set_num_threads({fair}) in each rank (or set "
-                f"OMP_NUM_THREADS={fair})"
-            )
-    return out
+# --- run.json, shared by the ranks ----------------------------------------------------------------
 
 
 def _versions(backend: str | None) -> dict[str, Any]:
-    out: dict[str, Any] = dict(capture.versions())
+    out: dict[str, Any] = dict(records.versions())
     out["cuda"] = torch.version.cuda
     if backend and "nccl" in backend and torch.cuda.is_available():
         try:
@@ -186,9 +75,6 @@ def _versions(backend: str | None) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a version string is never worth failing for
             out["nccl"] = None
     return out
-
-
-# --- run.json, shared by the ranks ----------------------------------------------------------------
 
 
 def _update_run_json(run: Path, change: Callable[[dict[str, Any]], None]) -> None:
@@ -291,12 +177,12 @@ class Profiler:
                     "init_process_group before tracekit.profile)"
                 )
         self.run_dir = self._agree_on_run_dir(distributed)
-        everyone = [_me(self.rank)]
+        everyone = [placement.describe_rank(self.rank)]
         if distributed:
             everyone = [None] * self.world_size
-            dist.all_gather_object(everyone, _me(self.rank), group=self._group)
-        topo, source, notes = topology(everyone)
-        for note in notes + oversubscription(everyone):
+            dist.all_gather_object(everyone, placement.describe_rank(self.rank), group=self._group)
+        topo, source, notes = placement.topology(everyone)
+        for note in notes + placement.oversubscription(everyone):
             self._warn(note)
         if self.backend and "nccl" in self.backend and not os.environ.get("NCCL_DEBUG_FILE"):
             self._warn(
@@ -333,7 +219,7 @@ class Profiler:
             if self.device.startswith("cuda") and torch.cuda.is_available()
             else None
         )
-        env = capture.environment(threads_per_rank=max(m["threads"] for m in everyone), gpu=gpu)
+        env = records.environment(threads_per_rank=max(m["threads"] for m in everyone), gpu=gpu)
         env["threads_by_rank"] = [m["threads"] for m in sorted(everyone, key=lambda m: m["rank"])]
         return {
             "schema_version": runfolder.RUN_SCHEMA_VERSION,
@@ -350,7 +236,7 @@ class Profiler:
             "precision": None,
             "versions": _versions(self.backend),
             "environment": env,
-            "launcher": _launcher(),
+            "launcher": placement.launcher(),
             "topology": topo,
             "topology_source": source,
             "status": "running",
@@ -379,7 +265,7 @@ class Profiler:
             older = final.parent / "cycles" / f"rank{self.rank}.cycle{self.cycles}.json.gz"
             older.parent.mkdir(parents=True, exist_ok=True)
             os.replace(final, older)
-        capture._export_trace(self.run_dir, self.rank)(prof)
+        trace.export_trace(self.run_dir, self.rank)(prof)
         self.cycles += 1
 
     def _catch_sigterm(self) -> None:
@@ -392,7 +278,7 @@ class Profiler:
             return
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return
-        self._old_sigterm = capture.exit_on_first_sigterm()
+        self._old_sigterm = trace.exit_on_first_sigterm()
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -422,7 +308,7 @@ class Profiler:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
         distributed = dist.is_available() and dist.is_initialized()
         if distributed:
-            capture.dump_flight_recorder(self.run_dir, self.rank)
+            records.dump_flight_recorder(self.run_dir, self.rank)
         self._copy_nccl_log()
         mine = {
             "rank": self.rank,
@@ -482,7 +368,7 @@ class Profiler:
         _update_run_json(self.run_dir, change)
 
     def _copy_nccl_log(self) -> None:
-        src = _nccl_log_path()
+        src = placement.nccl_log_path()
         if src is None or not Path(src).is_file():
             return
         dst = runfolder.nccl_dir(self.run_dir) / Path(src).name

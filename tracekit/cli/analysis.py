@@ -1,0 +1,219 @@
+"""The commands on the analysis side: analyze, report, compare, predict."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from tracekit.cli import tables
+from tracekit.cli.tables import comparison_table, pipeline_table, rank_table
+from tracekit.errors import TracekitError
+
+
+def _ranks_option(value: str | None):  # -> RankSet | None
+    """--ranks as intervals (tracekit.ingest.selection.RankSet): tested, never listed."""
+    if not value:
+        return None
+    from tracekit.ingest.selection import RankSet
+
+    try:
+        return RankSet.parse(value)
+    except ValueError as exc:
+        raise TracekitError(str(exc), f"--ranks {value}") from None
+
+
+@click.command("analyze")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--ranks-per-node", type=click.IntRange(1), default=None)
+@click.option("--ranks", default=None, help="subset of ranks, e.g. 0,1,4-7")
+@click.option(
+    "--sample",
+    type=click.IntRange(1),
+    default=None,
+    help="a sampled overview: analyse N ranks spread over the job (first, last, evenly between)",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="output folder (default PATH/analysis)",
+)
+@click.option(
+    "--cache/--no-cache",
+    default=True,
+    show_default=True,
+    help="keep each trace's parsed events as parquet in the cache folder and reuse them",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="cache folder (default $TRACEKIT_CACHE_DIR, else $XDG_CACHE_HOME/tracekit or "
+    "~/.cache/tracekit)",
+)
+@click.option(
+    "--align-clocks/--no-align-clocks",
+    default=None,
+    help="put ranks on one clock from collective ends (default: when traces come from several hosts)",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="parse the ranks on a Dask cluster, e.g. tcp://HOST:8786 (default $TRACEKIT_SCHEDULER; "
+    "also threads or processes); needs pip install 'tracekit[cluster]'",
+)
+def analyze_cmd(
+    path: Path,
+    ranks_per_node: int | None,
+    ranks: str | None,
+    sample: int | None,
+    out: Path | None,
+    cache: bool,
+    cache_dir: Path | None,
+    align_clocks: bool | None,
+    scheduler: str | None,
+) -> None:
+    """Analyse a run folder, a folder of Kineto traces, or one trace."""
+    from tracekit.analysis_folder import check_out, default_out_dir, write_analysis
+    from tracekit.analyze import analyze
+
+    t0 = time.perf_counter()
+    target = out or default_out_dir(path)
+    rank_set = _ranks_option(ranks)
+    check_out(target, path)  # before the work: an --out that must not be replaced is refused
+    with tables.err.status(f"analysing {path}"):
+        result = analyze(
+            path,
+            ranks_per_node=ranks_per_node,
+            ranks=rank_set,
+            sample=sample,
+            cache=cache or False,
+            cache_dir=cache_dir,
+            align_clocks=align_clocks,
+            scheduler=scheduler,
+        )
+        target = write_analysis(result, target)
+    for w in result.summary["warnings"]:
+        tables.err.print(
+            f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True
+        )  # text, never markup
+    tables.out().print(rank_table(result.summary))
+    if (pipe := pipeline_table(result.summary)) is not None:
+        tables.out().print(pipe)
+    tables.err.print(
+        f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False
+    )
+
+
+_REPORT_FORMATS = ["html", "pdf", "png", "md", "json", "csv", "parquet", "perfetto"]
+
+
+def _format_from_suffix(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith(".perfetto.json") or name.endswith(".trace.json"):
+        return "perfetto"
+    suffix = path.suffix.lower().lstrip(".")
+    return (
+        {"htm": "html", "markdown": "md"}.get(suffix, suffix)
+        if suffix in _REPORT_FORMATS + ["htm", "markdown"]
+        else "html"
+    )
+
+
+def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
+    from tracekit.report import default_output, write_report
+
+    fmt = fmt or (_format_from_suffix(out) if out else "html")
+    target = out or default_output(fmt)
+    t0 = time.perf_counter()
+    with tables.err.status(f"{fmt} report of {len(paths)} path(s)") as status:
+        write_report(list(paths), target, fmt, progress=lambda msg: status.update(msg))
+    tables.err.print(
+        f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False
+    )
+
+
+@click.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="output file (default report.<ext>)",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(_REPORT_FORMATS),
+    default=None,
+    help="html (default), pdf, png, md, json, csv, parquet, perfetto",
+)
+def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
+    """Write a report of PATH (several PATHs: a comparison report)."""
+    _write_report(paths, out, fmt or ("html" if out is None else None))
+
+
+@click.command("compare")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="also write a report to this file",
+)
+@click.option("--format", "fmt", type=click.Choice(_REPORT_FORMATS), default=None)
+def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
+    """Compare runs side by side: a table on stdout (and a report with -o)."""
+    from tracekit.analyze import analyze
+    from tracekit.report import write_report
+    from tracekit.runname import display_names
+
+    if len(paths) < 2:
+        raise click.UsageError("compare needs at least two paths")
+    names = display_names(list(paths))
+    results = []
+    with tables.err.status("comparing") as status:
+        for i, p in enumerate(paths, 1):
+            status.update(f"analysing {p} ({i}/{len(paths)})")
+            results.append(analyze(p))
+        if out is not None:
+            status.update(f"writing {out}")
+            write_report(
+                list(paths), out, fmt or _format_from_suffix(out), analyses=results, names=names
+            )
+    tables.out().print(comparison_table(names, results))
+    if out is not None:
+        tables.err.print(f"wrote {out}", highlight=False)
+
+
+@click.command("predict")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--inter-node-bandwidth",
+    required=True,
+    help="rate (400mbit, 1gbit, bits/s) or a sweep LO:HI, e.g. 100mbit:100gbit",
+)
+@click.option("--intra-node-bandwidth", default=None, help="rate (default: as measured)")
+@click.option("--latency", "latency_us", type=float, default=0.0, help="per message step, us")
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, help="folder (default RUN/analysis)"
+)
+def predict_cmd(
+    paths: tuple[Path, ...],
+    inter_node_bandwidth: str,
+    intra_node_bandwidth: str | None,
+    latency_us: float,
+    out: Path | None,
+) -> None:
+    """Predict each run's step on another network from its trace (docs/predict.md)."""
+    from tracekit.cli.predict import run_predict
+
+    run_predict(
+        list(paths), inter_node_bandwidth, intra_node_bandwidth, latency_us, out, tables.out()
+    )

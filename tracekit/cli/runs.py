@@ -1,0 +1,165 @@
+"""The commands that start jobs: run (one strategy) and demo (every strategy, then a report).
+
+``tracekit run``'s options are generated from instrumented_runs.options.RunOptions: one
+declaration for this command, the launcher and the strategy modules' own parsers.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from instrumented_runs import options, registry
+from tracekit.cli import tables
+from tracekit.cli.tables import comparison_table
+
+
+def click_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Decorate ``command`` with one click option per RunOptions field of ``tracekit run``:
+    every default None (unset: RunOptions' default applies; the help says which), flags
+    False; the type and its range or choices from the field's declaration."""
+    for f, how, kind in reversed(list(options.declared("run"))):
+        name = options.flag(f.name)
+        if kind is bool:
+            command = click.option(name, is_flag=True, default=False, help=how.help)(command)
+            continue
+        ctype: click.ParamType | None = None
+        if how.choices is not None:
+            ctype = click.Choice(list(how.choices))
+        elif kind is int:
+            lo, hi = how.min, how.max
+            ctype = click.IntRange(None if lo is None else int(lo), None if hi is None else int(hi))
+        elif kind is float:
+            ctype = click.FloatRange(min=how.min, max=how.max, min_open=how.min_open)
+        elif kind is Path:
+            ctype = click.Path(path_type=Path)
+        command = click.option(name, type=ctype, default=None, help=how.help)(command)
+    return command
+
+
+@click.command("run")
+@click.argument("strategy")
+@click_options
+def run_cmd(strategy: str, **opts: object) -> None:
+    """Run STRATEGY under the profiler; the last line of stdout is the run folder."""
+    from tracekit.capture.launch import run_job
+    from tracekit.runfolder import load_run_json
+
+    given = {k: v for k, v in opts.items() if v is not None and v is not False}
+    run_dir = run_job(options.RunOptions(strategy, **given))  # type: ignore[arg-type]
+    status = (load_run_json(run_dir) or {}).get("status")
+    click.echo(str(run_dir))
+    if status != "ok":
+        # the run folder keeps what survived; its path stays the last line of stdout
+        print(f"tracekit: {run_dir}: run {status}; see run.json errors and logs/", file=sys.stderr)
+        sys.exit(1)
+
+
+class _JobOutput:
+    """Where the demo's launcher copies the job's output: not to the terminal (every line is
+    kept in <run>/logs/launcher.log and each rank's in logs/rank<R>.stdout.log / .stderr.log);
+    only rank 0's latest step line reaches the progress line, through ``show``."""
+
+    _STEP = re.compile(r"^(?:\[\w+\]:)?\[[\w.-]+\] (step \d+ \([\w-]+\))")
+
+    def __init__(self, show: Callable[[str], None]) -> None:
+        self.show, self._partial = show, ""
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            if m := self._STEP.match(line):
+                self.show(m[1])
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@click.command("demo")
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=Path("runs"), help="parent of the run folders"
+)
+@click.option("--only", default=None, help="comma-separated strategies to run (default: all)")
+def demo_cmd(out: Path, only: str | None) -> None:
+    """The main job: every strategy on CPU, analysed, a comparison report written.
+
+    The terminal shows one progress line per run; the ranks' output goes to each run's logs/."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from tracekit.analysis_folder import default_out_dir, write_analysis
+    from tracekit.analyze import analyze
+    from tracekit.capture.launch import run_job
+    from tracekit.report import write_report
+    from tracekit.runfolder import load_run_json
+    from tracekit.runname import display_name, display_names
+
+    wanted = None if only is None else {s.strip() for s in only.split(",") if s.strip()}
+    runs = [(s, o) for s, o in registry.demo_runs() if wanted is None or s in wanted]
+    if not runs:
+        raise click.UsageError(f"--only {only!r} names no demo strategy")
+    console = tables.out()
+    done, results, failed = [], [], []
+    t_demo = time.perf_counter()
+    tables.err.print(
+        f"tracekit demo: {len(runs)} runs into {escape(str(out))}/ (rank output: <run>/logs/)",
+        highlight=False,
+    )
+    for i, (strategy, run_options) in enumerate(runs, 1):
+        name = display_name({"strategy": strategy, "config": run_options})
+        label = f"run {i}/{len(runs)} {name}"
+        t0 = time.perf_counter()
+        # a live line on a terminal only (elsewhere rich would leave an empty line per run)
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=tables.err,
+            transient=True,
+            disable=not tables.err.is_terminal,
+        ) as progress:
+            task = progress.add_task(escape(f"{label} starting"))
+
+            def show(what: str, task=task, progress=progress, label=label) -> None:
+                progress.update(task, description=escape(f"{label} {what}"))
+
+            run_dir = run_job(
+                options.RunOptions(strategy, out=out, **run_options), log=_JobOutput(show)
+            )
+            status = (load_run_json(run_dir) or {}).get("status")
+            if status == "ok":
+                show("analysing")
+                result = analyze(run_dir)
+                write_analysis(result, default_out_dir(run_dir))
+                done.append(run_dir)
+                results.append(result)
+        took = f"{time.perf_counter() - t0:.1f} s"
+        if status == "ok":
+            tables.err.print(f"{escape(label)} ... {took}", highlight=False)
+        else:
+            failed.append(name)
+            tables.err.print(
+                f"{escape(label)} ... [red]{escape(str(status))}[/] after {took}: "
+                f"see {escape(str(run_dir))}/logs/",
+                highlight=False,
+            )
+    tables.err.print(f"{len(runs)} runs in {time.perf_counter() - t_demo:.1f} s", highlight=False)
+    if results:
+        names = display_names(done)
+        console.print(comparison_table(names, results, width=console.width))
+        report = Path(out) / "demo-report.html"
+        write_report(done, report, "html", analyses=results, names=names)
+        console.print(
+            f"next: `tracekit dash {escape(str(out))}` / open {escape(str(report))}",
+            highlight=False,
+            soft_wrap=True,  # one line, however long the paths: the terminal wraps it, not rich
+        )
+    if failed:
+        print(f"tracekit: demo: {', '.join(failed)} failed", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,136 @@
+"""The terminal side of the CLI: the two consoles and tables that fit them.
+
+Progress and logs go to stderr (:data:`err`); results (tables, the run folder's path) to stdout
+(:func:`out`). Tables are stacked to fit the width (:func:`fit_tables`), so numbers are never cut.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.cells import cell_len
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+# stderr: when it is not a terminal (a log, a pipe, CI) lines are never wrapped, so that one
+# warning is one line whatever its length
+err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, soft_wrap=True)
+
+
+def out() -> Console:
+    """stdout console: the terminal's width, or COLUMNS; wide (160) when piped without COLUMNS.
+    Tables are stacked to fit whatever width this is (fit_tables), so numbers are never cut."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()
+    return Console(width=160)
+
+
+def rank_table(summary: dict, width: int | None = None) -> Group:
+    """The per-rank breakdown (seconds, and percent of span), stacked to fit ``width``."""
+    win = summary["window"]
+    head = ["rank", "node", "span s", "step s", "compute", "comm", "overlap", "exposed"]
+    head += ["other", "idle"]
+    rows = []
+    for r in summary["ranks"]:
+        span = r["span_s"] or 0.0
+
+        def cell(key: str) -> str:
+            v = r[key] or 0.0
+            return f"{v:.4f} ({100 * v / span:.0f}%)" if span else f"{v:.4f}"
+
+        step = r.get("step_time_s")
+        rows.append(
+            [
+                str(r["rank"]),
+                str(r["node"]),
+                f"{span:.4f}",
+                "–" if step is None else f"{step:.4f}",
+                *(cell(k) for k in ("compute_s", "comm_s", "overlap_s", "exposed_comm_s")),
+                cell("other_s"),
+                cell("idle_s"),
+            ]
+        )
+    title = f"per-rank breakdown ({win['kind']}, {win['steps']} steps)"
+    return fit_tables(title, head, rows, keys=2, width=width)
+
+
+def pipeline_table(summary: dict) -> Group | None:
+    """The pipeline section (bubbles per stage against theory and replay), if the run has one."""
+    if not summary.get("pipeline"):
+        return None
+    from tracekit.analyses.pipeline import table
+
+    title, head, rows = table(summary["pipeline"])
+    return fit_tables(title, head, [[str(c) for c in row] for row in rows], keys=2)
+
+
+def comparison_table(names: list[str], results: list, width: int | None = None) -> Group:
+    """Several runs side by side (tracekit.report.compare_table), stacked to fit ``width``.
+
+    The names are display names (tracekit.runname), which start with the strategy, so the
+    strategy column is left out; bubble and all-gather hidden come next to the time columns."""
+    from tracekit.report import compare_table
+
+    title, head, rows = compare_table([(n, r.summary) for n, r in zip(names, results)])
+    order = [i for i, h in enumerate(head) if h != "strategy"]
+    for moved in ("bubble", "all-gather hidden"):
+        if moved in head:
+            order.remove(head.index(moved))
+            order.insert(order.index(head.index("idle %")) + 1, head.index(moved))
+    head = [head[i] for i in order]
+    rows = [[row[i] for i in order] for row in rows]
+    return fit_tables(title, head, rows, keys=1, width=width, left=1)
+
+
+def fit_tables(
+    title: str,
+    head: list[str],
+    rows: list[list[str]],
+    keys: int = 1,
+    width: int | None = None,
+    left: int = 0,
+) -> Group:
+    """Rich tables of these columns, as many as it takes to fit ``width`` (default: the stdout
+    console's): the first ``keys`` columns (what names a row) in every one, the others packed in
+    order. A cell is never cut or wrapped (each column is at least as wide as its widest cell);
+    headers wrap between words."""
+    width = width or out().width
+
+    def content(i: int) -> int:  # the widest cell, or the header's longest word
+        words = max((cell_len(w) for w in head[i].split()), default=0)
+        return max([words, *(cell_len(row[i]) for row in rows)])
+
+    def need(i: int) -> int:  # the column's width in the box: content, padding, one rule
+        return content(i) + 3
+
+    base = 1 + sum(need(i) for i in range(keys))
+    groups: list[list[int]] = [[]]
+    used = base
+    for i in range(keys, len(head)):
+        if groups[-1] and used + need(i) > width:
+            groups.append([])
+            used = base
+        groups[-1].append(i)
+        used += need(i)
+    tables: list[Text | Table] = [Text(title)]  # once, wrapped at the console, not each table
+    for group in groups:
+        cols = [*range(keys), *group]
+        widths = {i: content(i) for i in cols}
+        slack = width - 1 - sum(w + 3 for w in widths.values())
+        # room left: headers on one line, the shortest first (the most headers unwrapped)
+        for i in sorted(cols, key=lambda i: cell_len(head[i]) - widths[i]):
+            grow = min(max(cell_len(head[i]) - widths[i], 0), slack)
+            widths[i] += grow
+            slack -= grow
+        t = Table()
+        for i in cols:
+            # a fixed width: rich would otherwise shrink the widest column first, cells included
+            t.add_column(
+                head[i], justify="left" if i < left else "right", width=widths[i], overflow="fold"
+            )
+        for row in rows:
+            t.add_row(*(Text(row[i]) for i in cols))  # text, never markup
+        tables.append(t)
+    return Group(*tables)
