@@ -20,7 +20,6 @@ until every row is in, so the index shows at once however many runs need analysi
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import threading
@@ -37,6 +36,7 @@ from dashboards.runs import Runs
 from tracekit import figures as F
 from tracekit import runfolder, runname
 from tracekit.errors import TracekitError
+from tracekit.summary import Summary, from_json
 
 UNKNOWN = "–"
 PENDING = "analysing…"
@@ -92,7 +92,7 @@ def _number(x: Any) -> float | None:
 
 
 def row(
-    rel: str, name: str, run: Mapping[str, Any] | None, summary: Mapping | None, status: str
+    rel: str, name: str, run: Mapping[str, Any] | None, summary: Summary | None, status: str
 ) -> dict[str, Any]:
     """One table row; ``summary`` None: every number unknown."""
     world = run.get("world_size") if isinstance(run, Mapping) else None
@@ -122,8 +122,9 @@ def row(
     return out
 
 
-def _disk_summary(path: Path, signature: tuple) -> dict | None:
-    """analysis/summary.json of a run folder if it is of every rank and newer than its inputs."""
+def _disk_summary(path: Path, signature: tuple) -> Summary | None:
+    """analysis/summary.json of a run folder if it is of every rank and newer than its inputs
+    (and of this tracekit's schema: an older one is analysed again)."""
     if not path.is_dir():
         return None
     file = runfolder.analysis_dir(path) / "summary.json"
@@ -131,15 +132,11 @@ def _disk_summary(path: Path, signature: tuple) -> dict | None:
         mtime = file.stat().st_mtime_ns
         if any(m > mtime for _, m, _ in signature):
             return None
-        data = json.loads(file.read_text())
-    except (OSError, ValueError):
+        data = from_json(file.read_bytes())
+    except (OSError, ValueError):  # msgspec.ValidationError is a ValueError
         return None
-    if (
-        not isinstance(data, dict)
-        or data.get("sampling")
-        or not isinstance(data.get("ranks"), list)
-    ):
-        return None  # a sampled or partial analysis does not stand for the run
+    if data.sampling is not None:
+        return None  # a sampled analysis does not stand for the run
     return data
 
 
@@ -148,7 +145,7 @@ class Summaries:
 
     def __init__(self, runs: Runs) -> None:
         self.runs = runs
-        self._done: dict[tuple, dict | str] = {}  # key -> summary, or why there is none
+        self._done: dict[tuple, Summary | str] = {}  # key -> summary, or why there is none
         self._queued: set[tuple] = set()
         self._lock = threading.Lock()
         self._todo: queue.Queue[tuple[tuple, Path]] = queue.Queue()
@@ -164,7 +161,7 @@ class Summaries:
         while True:
             key, path = self._todo.get()
             try:
-                result: dict | str = analyze(path).summary
+                result: Summary | str = analyze(path).typed_summary
             except TracekitError as exc:
                 result = self.runs.message(exc)
             except Exception as exc:  # noqa: BLE001 - one bad run must not stop the index
@@ -185,14 +182,14 @@ class Summaries:
                 self._worker.start()
         self._todo.put((key, path))
 
-    def get(self, path: Path) -> dict | str | None:
+    def get(self, path: Path) -> Summary | str | None:
         """The run's summary, a reason there is none, or None while it is being analysed."""
         key = (str(path), self.runs._signature(path))
         with self._lock:
             if key in self._done:
                 return self._done[key]
         cached = self.runs.cached(key)
-        found = cached.analysis.summary if cached is not None else _disk_summary(path, key[1])
+        found = cached.analysis.typed_summary if cached is not None else _disk_summary(path, key[1])
         if found is not None:
             with self._lock:
                 self._done[key] = found
@@ -202,11 +199,11 @@ class Summaries:
 
     def rows(self) -> tuple[list[dict[str, Any]], bool]:
         """The index rows of every listed run, and whether some are still being analysed."""
-        items: list[tuple[str, Path, dict | None, dict | str | None, str | None]] = []
+        items: list[tuple[str, Path, dict | None, Summary | str | None, str | None]] = []
         for rel in self.runs.list_runs():
             if rel in self.runs.preloaded:
                 a = self.runs.preloaded[rel].analysis
-                items.append((rel, Path(rel), a.run, a.summary, None))
+                items.append((rel, Path(rel), a.run, a.typed_summary, None))
                 continue
             try:
                 path = self.runs.resolve(rel)

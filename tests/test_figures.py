@@ -76,7 +76,7 @@ def test_every_figure_on_the_synthetic_analysis(syn):
 
 
 def test_compare_figures(syn, real):
-    runs = [("gpipe", syn.summary), ("trace_filter", real.summary)]
+    runs = [("gpipe", syn.typed_summary), ("trace_filter", real.typed_summary)]
     figs = F.compare_figures(runs)
     assert all(f is not None for f in figs.values())
     assert list(figs["compare_step_time"].data[0].x) == ["gpipe", "trace_filter"]

@@ -20,11 +20,13 @@ import json
 
 import polars as pl
 import pytest
+from builders.summary import complete
 from conftest import SAMPLES, run_cli
 
 from tracekit.analyses.group_names import group_label, ranks_text, row_label
 from tracekit.analyze import analyze
 from tracekit.report import compare_table
+from tracekit.summary import to_struct
 
 WIRE_FACTOR = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 2}  # x (n-1), gloo
 
@@ -122,7 +124,8 @@ def test_volume_per_rank_wire_sums_to_traffic(hsdp):
 
 def test_compare_shows_the_documented_number(hsdp):
     summary, _, out = hsdp
-    title, head, rows = compare_table([("hsdp", summary), ("again", summary)])
+    typed = to_struct(summary)
+    title, head, rows = compare_table([("hsdp", typed), ("again", typed)])
     col = head.index("payload bytes (Σ ranks)")
     mb = summary["collectives"]["rank_bytes"] / 1e6
     assert rows[0][col] == f"{mb:.2f} MB"
@@ -163,7 +166,7 @@ def test_unknown_sizes_are_null_not_zero(tmp_path):
     vol = a.summary.get("volume")
     if vol:
         assert vol["ideal_bytes_per_rank_per_step"] is None
-    _, _, rows = collectives_table(a.summary)
+    _, _, rows = collectives_table(a.typed_summary)
     assert rows[0][2] == "–" and rows[0][-1] == "–" and rows[0][-2] == "–"
 
 
@@ -195,7 +198,7 @@ def test_unknown_sizes_are_null_on_a_hand_built_table():
     assert co["bytes"] is None and co["call_bytes"] is None and co["ideal_bytes_per_rank"] is None
     vol = volume_summary(table, 2)
     assert vol["ideal_bytes_per_rank_per_step"] is None and vol["wire_to_ideal"] is None
-    _, _, rows = collectives_table({"collectives": co})
+    _, _, rows = collectives_table(to_struct(complete({"collectives": co})))
     assert rows[0][2:4] == ["–", "–"] and rows[0][-2:] == ["–", "–"]
     # one known size among unknown ones: the known sum, and the count of unknown ones
     part = collectives_summary(table.with_columns(bytes=pl.Series([1000, None, None, None])))

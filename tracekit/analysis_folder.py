@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tracekit import outputs, runfolder
 from tracekit.errors import TracekitError
+from tracekit.summary import encode
 
 if TYPE_CHECKING:
     from tracekit.analyze import Analysis
@@ -130,7 +131,7 @@ def write_analysis(result: Analysis, out: Path) -> Path:
     except OSError as exc:
         raise _write_failed(out, exc) from None
     try:
-        (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str) + "\n")
+        (tmp / "summary.json").write_text(encode(result.typed_summary))
         files = ["summary.json"]
         for name, frame in result.tables().items():
             # zstd level 1 without statistics: the events table is most of the writing time

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,6 +27,7 @@ from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.ingest.job import Job
 from tracekit.ingest.kineto_info import TraceInfo
 from tracekit.ingest.load import load
+from tracekit.summary import Summary, to_struct
 
 #: summary.json's first sections, in the order schema 1 has always written them; the other
 #: sections follow in the registry's order
@@ -48,6 +50,12 @@ class Analysis:
         default_factory=dict
     )  # from the sections: pipeline_ops, ...
     job: Job | None = None  # what was loaded (tracekit.ingest.load)
+
+    @cached_property
+    def typed_summary(self) -> Summary:
+        """The summary checked against tracekit.summary's schema once (ValidationError on drift);
+        figures, reports and the app read its attributes. ``summary`` must not change after."""
+        return to_struct(self.summary)
 
     def tables(self) -> dict[str, pl.DataFrame]:
         return {

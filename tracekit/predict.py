@@ -108,13 +108,14 @@ def build(analysis: Any) -> Model:
     """The replay inputs from a tracekit.analyze result."""
     from tracekit import timeline
 
-    s = analysis.summary
-    nodes = {int(k): int(v) for k, v in (s.get("topology") or {}).get("nodes", {}).items()}
+    s = analysis.typed_summary
+    nodes = {int(k): v for k, v in s.topology.nodes.items()}
     calls = calls_table(analysis.collectives, nodes)
     if not calls:
         raise TracekitError("no matched collective or p2p calls: nothing to predict", analysis.path)
     windows = pl.DataFrame(
-        s["window"]["per_rank"],
+        [(w.rank, w.kind, w.steps, w.start_ns, w.end_ns) for w in s.window.per_rank],
+        orient="row",
         schema={
             "rank": pl.Int32,
             "kind": pl.Utf8,
@@ -128,17 +129,16 @@ def build(analysis: Any) -> Model:
     progs = programs(
         analysis.events, analysis.timeline, analysis.collectives, markers, windows, calls, ops
     )
-    steps = int(s["window"]["steps"] or 0)
+    steps = s.window.steps
     measured = {}
-    for r in s["ranks"]:
-        n = max(1, int(r.get("window_steps") or steps or 1))
-        measured[int(r["rank"])] = {
-            "step_time_s": r.get("step_time_s"),
-            "comm_s": None if r.get("comm_s") is None else r["comm_s"] / n,
-            "exposed_comm_s": None if r.get("exposed_comm_s") is None else r["exposed_comm_s"] / n,
+    for r in s.ranks:
+        n = max(1, r.window_steps or steps or 1)
+        measured[r.rank] = {
+            "step_time_s": r.step_time_s,
+            "comm_s": r.comm_s / n,
+            "exposed_comm_s": r.exposed_comm_s / n,
         }
     net = ((analysis.run or {}).get("launch") or {}).get("network") or {}
-    pipe = s.get("pipeline") or {}
     return Model(
         path=Path(analysis.path),
         programs=progs,
@@ -146,7 +146,7 @@ def build(analysis: Any) -> Model:
         run_inter_bits=net.get("rate_bits_per_s"),
         measured_ranks=measured,
         steps=steps,
-        stages=int(pipe.get("stages") or 0) if ops is not None and ops.height else 0,
+        stages=s.pipeline.stages if s.pipeline and ops is not None and ops.height else 0,
         calibration=_calibration(calls),
     )
 

@@ -104,21 +104,17 @@ def fig_or_nodata(entry: Entry, name: str, graph_id: str) -> Any:
 
 def run_header(view: View) -> html.Div:
     """The run's name, its strategy, backend, precision, ranks and window, and its warnings."""
-    s = view.run.analysis.summary
-    run = s.get("run") or {}
-    win = s.get("window") or {}
-    bits = [
-        f"{len(s.get('ranks') or [])} ranks",
-        f"window: {win.get('kind')}, {win.get('steps')} steps",
-    ]
+    s = view.run.analysis.typed_summary
+    run, win = s.run, s.window
+    bits = [f"{len(s.ranks)} ranks", f"window: {win.kind}, {win.steps} steps"]
     if run:
         bits = [
-            f"strategy {run.get('strategy')}",
-            f"{run.get('backend')} / {run.get('device')}",
-            f"{run.get('precision')}",
+            f"strategy {run.strategy}",
+            f"{run.backend} / {run.device}",
+            f"{run.precision}",
         ] + bits
     kids = [html.H2(view.rel), html.P(" · ".join(str(b) for b in bits), className="src")]
-    for w in s.get("warnings") or []:
+    for w in s.warnings:
         kids.append(html.P(f"warning: {w}", className="warn"))
     return html.Div(kids)
 

@@ -10,7 +10,7 @@ from tracekit import report as R
 
 def page(view: View) -> list:
     entry = view.run
-    summary = entry.analysis.summary
+    summary = entry.analysis.typed_summary
     overlap = figure(entry, "overlap")
     kids = [
         run_header(view),

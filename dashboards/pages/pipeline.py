@@ -18,4 +18,4 @@ def page(view: View) -> list:
         kids.append(graph(schedule, "fig-pipeline"))
     if stages is not None:
         kids.append(graph(stages, "fig-pipeline-stages"))
-    return kids + table_if(R.pipeline_table(entry.analysis.summary))
+    return kids + table_if(R.pipeline_table(entry.analysis.typed_summary))

@@ -24,7 +24,7 @@ from tracekit import report as R
 
 def page(view: View) -> list:
     entry = view.run
-    summary = entry.analysis.summary
+    summary = entry.analysis.typed_summary
     split = figure(entry, "traffic_split")
     kids = [run_header(view), html.H3("traffic")]
     if split is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from builders.summary import complete
 from builders.traces import XSS
 from tracekit.analyze import Analysis
 from tracekit.events import EVENT_SCHEMA
@@ -302,8 +303,8 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
                 },
             ],
             "per_group": [
-                {"group": "0", "op": "all_reduce", "busbw_gbps": 1.35},
-                {"group": "1", "op": "send", "busbw_gbps": 1.2},
+                {"group": "0", "label": "group 0", "op": "all_reduce", "busbw_gbps": 1.35},
+                {"group": "1", "label": "group 1", "op": "send", "busbw_gbps": 1.2},
             ],
         },
         "memory": {
@@ -369,6 +370,7 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
             "by_group": [
                 {
                     "group": "0",
+                    "label": "group 0",
                     "op": "all_reduce",
                     "intra": 0,
                     "inter": inter - inter // 2,
@@ -380,7 +382,7 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
     }
     return Analysis(
         path=Path(name),
-        summary=summary,
+        summary=complete(summary),  # the keys no figure draws: null, 0 or empty
         events=event_frame(events),
         ranks=pl.DataFrame(ranks),
         timeline=tl,
@@ -461,7 +463,6 @@ def big_analysis(ranks: int = 64, n: int = 1_000_000) -> Analysis:
         "warnings": [],
         "window": {"kind": "whole_trace", "steps": 0},
         "ranks": [{"rank": r, "node": r // 8, "span_s": 1.0} for r in range(ranks)],
-        "collectives": None,
         "memory": None,
         "pipeline": None,
         "overlap": None,
@@ -470,7 +471,7 @@ def big_analysis(ranks: int = 64, n: int = 1_000_000) -> Analysis:
     }
     return Analysis(
         path=Path(f"synthetic-{ranks}x{n}"),
-        summary=summary,
+        summary=complete(summary),
         events=ev,
         ranks=pl.DataFrame(summary["ranks"]),
         timeline=tl,

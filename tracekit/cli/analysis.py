@@ -97,12 +97,12 @@ def analyze_cmd(
             scheduler=scheduler,
         )
         target = write_analysis(result, target)
-    for w in result.summary["warnings"]:
+    for w in result.typed_summary.warnings:
         tables.err.print(
             f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True
         )  # text, never markup
-    tables.out().print(rank_table(result.summary))
-    if (pipe := pipeline_table(result.summary)) is not None:
+    tables.out().print(rank_table(result.typed_summary))
+    if (pipe := pipeline_table(result.typed_summary)) is not None:
         tables.out().print(pipe)
     tables.err.print(
         f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False

@@ -14,6 +14,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from tracekit.summary import Summary
+
 # stderr: when it is not a terminal (a log, a pipe, CI) lines are never wrapped, so that one
 # warning is one line whatever its length
 err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, soft_wrap=True)
@@ -27,43 +29,71 @@ def out() -> Console:
     return Console(width=160)
 
 
-def rank_table(summary: dict, width: int | None = None) -> Group:
+def _share(v: float, span: float) -> str:
+    """Seconds, with their percent of the span when there is one."""
+    return f"{v:.4f} ({100 * v / span:.0f}%)" if span else f"{v:.4f}"
+
+
+def rank_table(summary: Summary, width: int | None = None) -> Group:
     """The per-rank breakdown (seconds, and percent of span), stacked to fit ``width``."""
-    win = summary["window"]
+    win = summary.window
     head = ["rank", "node", "span s", "step s", "compute", "comm", "overlap", "exposed"]
     head += ["other", "idle"]
     rows = []
-    for r in summary["ranks"]:
-        span = r["span_s"] or 0.0
-
-        def cell(key: str) -> str:
-            v = r[key] or 0.0
-            return f"{v:.4f} ({100 * v / span:.0f}%)" if span else f"{v:.4f}"
-
-        step = r.get("step_time_s")
+    for r in summary.ranks:
+        span = r.span_s or 0.0
+        step = r.step_time_s
         rows.append(
             [
-                str(r["rank"]),
-                str(r["node"]),
+                str(r.rank),
+                str(r.node),
                 f"{span:.4f}",
                 "–" if step is None else f"{step:.4f}",
-                *(cell(k) for k in ("compute_s", "comm_s", "overlap_s", "exposed_comm_s")),
-                cell("other_s"),
-                cell("idle_s"),
+                *(
+                    _share(v or 0.0, span)
+                    for v in (r.compute_s, r.comm_s, r.overlap_s, r.exposed_comm_s)
+                ),
+                _share(r.other_s or 0.0, span),
+                _share(r.idle_s or 0.0, span),
             ]
         )
-    title = f"per-rank breakdown ({win['kind']}, {win['steps']} steps)"
+    title = f"per-rank breakdown ({win.kind}, {win.steps} steps)"
     return fit_tables(title, head, rows, keys=2, width=width)
 
 
-def pipeline_table(summary: dict) -> Group | None:
-    """The pipeline section (bubbles per stage against theory and replay), if the run has one."""
-    if not summary.get("pipeline"):
-        return None
-    from tracekit.analyses.pipeline import table
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
 
-    title, head, rows = table(summary["pipeline"])
-    return fit_tables(title, head, [[str(c) for c in row] for row in rows], keys=2)
+
+def pipeline_table(summary: Summary) -> Group | None:
+    """The pipeline section (bubbles per stage against theory and replay), if the run has one."""
+    p = summary.pipeline
+    if p is None:
+        return None
+    title = (
+        f"pipeline {p.schedule}: p={p.stages} m={p.microbatches}  bubble "
+        f"{_pct(p.bubble_fraction)} (replay {_pct(p.bubble_fraction_replay)}, theory "
+        f"{_pct(p.bubble_fraction_theory)}), whole span {_pct(p.bubble_fraction_span)}"
+    )
+    head = ["stage", "rank", "fill s", "steady s", "drain s", "bubble", "in flight"]
+    head += ["act peak MB", "versions", "recv wait s", "recv transfer s"]
+    rows = [
+        [
+            str(s.stage),
+            str(s.rank),
+            f"{s.fill_s:.4f}",
+            f"{s.steady_s:.4f}",
+            f"{s.drain_s:.4f}",
+            _pct(s.bubble_fraction),
+            str(s.max_inflight_microbatches),
+            "-" if s.activation_peak_bytes is None else f"{s.activation_peak_bytes / 1e6:.2f}",
+            "-" if s.weight_versions is None else str(s.weight_versions),
+            f"{s.recv_wait_s:.4f}",
+            f"{s.recv_transfer_s:.4f}",
+        ]
+        for s in p.per_stage
+    ]
+    return fit_tables(title, head, rows, keys=2)
 
 
 def comparison_table(names: list[str], results: list, width: int | None = None) -> Group:
@@ -73,7 +103,7 @@ def comparison_table(names: list[str], results: list, width: int | None = None) 
     strategy column is left out; bubble and all-gather hidden come next to the time columns."""
     from tracekit.report import compare_table
 
-    title, head, rows = compare_table([(n, r.summary) for n, r in zip(names, results)])
+    title, head, rows = compare_table([(n, r.typed_summary) for n, r in zip(names, results)])
     order = [i for i, h in enumerate(head) if h != "strategy"]
     for moved in ("bubble", "all-gather hidden"):
         if moved in head:

@@ -1,13 +1,14 @@
 """Figures: plotly only, no Dash. Pure functions from an analysis' summary and frames to go.Figure.
 
 The Dash app (dashboards/) and the report (tracekit.report) both call these; nothing here knows
-about pages. A builder returns ``None`` when its section of the summary is null or its frame is
-absent; callers then show its plain sentence from :data:`NO_DATA`.
+about pages. A builder reads the typed summary's attributes (tracekit.summary.Summary; an
+Analysis' ``typed_summary``) and frames, and returns ``None`` when its section of the summary is
+null or its frame is absent; callers then show its plain sentence from :data:`NO_DATA`.
 
 One module per page: ``breakdown`` (overview), ``timeline`` (with ``lanes`` and ``binning``),
 ``pipeline``, ``overlap``, ``memory``, ``traffic``, ``collectives``, ``predict``, and
-``compare`` for several runs; ``style`` (colours, layout, text) and ``read`` (what is read from
-an analysis and its summary) serve them all. A new figure is a builder in its page's module and
+``compare`` for several runs; ``style`` (colours, layout, text and numbers) and ``read`` (an
+analysis' frames by name) serve them all. A new figure is a builder in its page's module and
 one line of :data:`_TABLE`.
 """
 
@@ -38,7 +39,7 @@ _NO_COLLECTIVES = "this run has no collectives data"
 
 # name, builder from an Analysis, the sentence shown when the builder gives None
 _TABLE: tuple[tuple[str, Builder, str], ...] = (
-    ("breakdown", lambda a: breakdown(a.summary), "this run has no per-rank data"),
+    ("breakdown", lambda a: breakdown(a.typed_summary), "this run has no per-rank data"),
     (
         "timeline",
         lambda a: timeline_overview(frame(a, "timeline"), bubbles=frame(a, "bubbles")),
@@ -47,21 +48,24 @@ _TABLE: tuple[tuple[str, Builder, str], ...] = (
     (
         "pipeline",
         lambda a: pipeline_schedule(
-            a.summary, frame(a, "pipeline_ops"), frame(a, "bubbles"), frame(a, "pipeline_replay")
+            a.typed_summary,
+            frame(a, "pipeline_ops"),
+            frame(a, "bubbles"),
+            frame(a, "pipeline_replay"),
         ),
         _NO_PIPELINE,
     ),
-    ("pipeline_stages", lambda a: pipeline_stages(a.summary), _NO_PIPELINE),
+    ("pipeline_stages", lambda a: pipeline_stages(a.typed_summary), _NO_PIPELINE),
     (
         "overlap",
-        lambda a: overlap_layers(a.summary, frame(a, "overlap_units")),
+        lambda a: overlap_layers(a.typed_summary, frame(a, "overlap_units")),
         "this run has no overlap data (ZeRO-3 / FSDP / HSDP runs have it)",
     ),
-    ("memory", lambda a: memory(a.summary), "this run has no memory data"),
-    ("traffic_split", lambda a: traffic_split(a.summary), _NO_TRAFFIC),
-    ("traffic_matrix", lambda a: traffic_matrix(a.summary), _NO_TRAFFIC),
-    ("collective_bandwidth", lambda a: collective_bandwidth(a.summary), _NO_COLLECTIVES),
-    ("collective_time", lambda a: collective_time(a.summary), _NO_COLLECTIVES),
+    ("memory", lambda a: memory(a.typed_summary), "this run has no memory data"),
+    ("traffic_split", lambda a: traffic_split(a.typed_summary), _NO_TRAFFIC),
+    ("traffic_matrix", lambda a: traffic_matrix(a.typed_summary), _NO_TRAFFIC),
+    ("collective_bandwidth", lambda a: collective_bandwidth(a.typed_summary), _NO_COLLECTIVES),
+    ("collective_time", lambda a: collective_time(a.typed_summary), _NO_COLLECTIVES),
 )
 
 #: Each figure of one analysis, by name: built one at a time where a page shows only some

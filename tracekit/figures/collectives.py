@@ -2,41 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tracekit.analyses.group_names import row_label
-from tracekit.figures.read import num, op_label, section_rows
-from tracekit.figures.style import bar, layout, plain
+from tracekit.figures.style import bar, layout, num, plain
+from tracekit.summary import Summary
 
 
-def collective_bandwidth(summary: dict[str, Any]) -> go.Figure | None:
+def collective_bandwidth(summary: Summary) -> go.Figure | None:
     """algbw and busbw per op (GB/s, nccl-tests definitions), and busbw per process group."""
-    per_op = section_rows(summary, "collectives", "per_op")
+    per_op = summary.collectives.per_op
     if not per_op:
         return None
-    per_group = section_rows(summary, "collectives", "per_group")
+    per_group = summary.collectives.per_group
     cols = 2 if per_group else 1
     fig = make_subplots(
         rows=1,
         cols=cols,
         subplot_titles=["per op"] + (["busbw per process group"] if per_group else []),
     )
-    x = [plain(op_label(r)) for r in per_op]
-    for key, name, color in (
-        ("algbw_gbps", "algbw", "#9ecae1"),
-        ("busbw_gbps", "busbw", "#3182bd"),
+    x = [plain(r.op or "unknown") for r in per_op]
+    for values, name, color in (
+        ([r.algbw_gbps for r in per_op], "algbw", "#9ecae1"),
+        ([r.busbw_gbps for r in per_op], "busbw", "#3182bd"),
     ):
         hover = name + " %{y:.3f} GB/s"
-        fig.add_trace(bar(x, [r.get(key) for r in per_op], name, color, hover), row=1, col=1)
+        fig.add_trace(bar(x, values, name, color, hover), row=1, col=1)
     if per_group:
-        gx = [plain(f"{row_label(r)} · {op_label(r)}") for r in per_group]
+        gx = [plain(f"{r.label} · {r.op or 'unknown'}") for r in per_group]
         fig.add_trace(
             bar(
                 gx,
-                [r.get("busbw_gbps") for r in per_group],
+                [r.busbw_gbps for r in per_group],
                 "busbw per group",
                 "#08519c",
                 "busbw %{y:.3f} GB/s",
@@ -46,8 +43,8 @@ def collective_bandwidth(summary: dict[str, Any]) -> go.Figure | None:
             col=2,
         )
     fig.update_yaxes(title_text="GB/s", row=1, col=1)
-    if not any(num(r.get("busbw_gbps")) or num(r.get("algbw_gbps")) for r in per_op):
-        unknown = sum(int(num(r.get("unknown_size"))) for r in per_op)
+    if not any(num(r.busbw_gbps) or num(r.algbw_gbps) for r in per_op):
+        unknown = sum(r.unknown_size for r in per_op)
         fig.add_annotation(
             text=f"no bandwidth: the sizes of {unknown or 'these'} calls are unknown in this trace",
             xref="paper",
@@ -62,21 +59,20 @@ def collective_bandwidth(summary: dict[str, Any]) -> go.Figure | None:
     )
 
 
-def collective_time(summary: dict[str, Any]) -> go.Figure | None:
+def collective_time(summary: Summary) -> go.Figure | None:
     """Per op: transfer vs synchronisation wait (or the plain duration when peers are missing)."""
-    per_op = section_rows(summary, "collectives", "per_op")
+    per_op = summary.collectives.per_op
     if not per_op:
         return None
-    x = [plain(op_label(r)) for r in per_op]
+    x = [plain(r.op or "unknown") for r in per_op]
     # the split is unknown where peers are missing: those calls show their plain duration
-    unknown = [(num(r.get("time_s")) if r.get("transfer_s") is None else 0.0) for r in per_op]
+    unknown = [(num(r.time_s) if r.transfer_s is None else 0.0) for r in per_op]
     parts = [
-        ("transfer_s", "transfer", "#3182bd", "transfer"),
-        ("wait_s", "wait for peers", "#fd8d3c", "wait"),
+        ([num(r.transfer_s) for r in per_op], "transfer", "#3182bd", "transfer"),
+        ([num(r.wait_s) for r in per_op], "wait for peers", "#fd8d3c", "wait"),
     ]
     fig = go.Figure()
-    for key, name, color, short in parts:
-        values = [num(r.get(key)) for r in per_op]
+    for values, name, color, short in parts:
         fig.add_trace(bar(x, values, name, color, short + " %{y:.6f} s"))
     if any(unknown):
         name = "duration (split unknown: peers missing)"

@@ -8,7 +8,6 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from tracekit.figures.read import num, rank_rows, section, section_rows
 from tracekit.figures.style import (
     MEMORY_PARTS,
     STATE_COLORS,
@@ -16,18 +15,20 @@ from tracekit.figures.style import (
     bar,
     byte_unit,
     layout,
+    num,
     plain,
 )
+from tracekit.summary import Summary
 
-Run = tuple[str, dict]
+Run = tuple[str, Summary]
 
 
-def _mean(values: list) -> float | None:
+def _mean(values: Iterable[float | None]) -> float | None:
     v = [float(x) for x in values if x is not None]
     return sum(v) / len(v) if v else None
 
 
-def _median(values: list) -> float | None:
+def _median(values: Iterable[float | None]) -> float | None:
     v = sorted(float(x) for x in values if x is not None)
     if not v:
         return None
@@ -35,57 +36,48 @@ def _median(values: list) -> float | None:
     return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
 
 
-def _max_known(values: Iterable[Any]) -> float | None:
+def _largest(values: Iterable[float | None]) -> float | None:
+    """The largest known value; null (shown "–") when none is known, never 0."""
     known = [num(v) for v in values if v is not None]
     return max(known) if known else None
 
 
-def _mean_of(rows: list[dict], key: str) -> float | None:
-    return _mean([r.get(key) for r in rows])
-
-
-def _largest(rows: list[dict], key: str) -> float | None:
-    """The largest known value; null (shown "–") when no row knows it, never 0."""
-    return _max_known(r.get(key) for r in rows)
-
-
-def compare_rows(runs: Sequence[Run]) -> list[dict]:
+def compare_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """One row per run: the numbers the comparison shows (also the CLI's and Markdown's table)."""
     out = []
     for name, s in runs:
-        ranks = rank_rows(s)
-        mem = section_rows(s, "memory", "per_rank")
-        co = section(s, "collectives")
-        tr = section(s, "traffic")
+        ranks = s.ranks
+        mem = s.memory.per_rank if s.memory else []
+        co, tr = s.collectives, s.traffic
         out.append(
             {
                 "run": name,
-                "strategy": section(s, "run").get("strategy"),
+                "strategy": s.run.strategy if s.run else None,
                 "ranks": len(ranks),
-                "step_time_s": _median([r.get("step_time_s") for r in ranks]),
-                "span_s": _mean_of(ranks, "span_s"),
-                "compute_s": _mean(
-                    [num(r.get("compute_s")) - num(r.get("overlap_s")) for r in ranks]
-                ),
-                "compute_total_s": _mean_of(ranks, "compute_s"),
-                "overlap_s": _mean_of(ranks, "overlap_s"),
-                "exposed_comm_s": _mean_of(ranks, "exposed_comm_s"),
-                "other_s": _mean_of(ranks, "other_s"),
-                "idle_s": _mean_of(ranks, "idle_s"),
-                "params_bytes": _largest(mem, "params_bytes"),
-                "grads_bytes": _largest(mem, "grads_bytes"),
-                "optimizer_bytes": _largest(mem, "optimizer_bytes"),
-                "model_states_bytes": _largest(mem, "model_states_bytes"),
-                "peak_bytes": _largest(mem, "peak_bytes"),
+                "step_time_s": _median(r.step_time_s for r in ranks),
+                "span_s": _mean(r.span_s for r in ranks),
+                "compute_s": _mean(num(r.compute_s) - num(r.overlap_s) for r in ranks),
+                "compute_total_s": _mean(r.compute_s for r in ranks),
+                "overlap_s": _mean(r.overlap_s for r in ranks),
+                "exposed_comm_s": _mean(r.exposed_comm_s for r in ranks),
+                "other_s": _mean(r.other_s for r in ranks),
+                "idle_s": _mean(r.idle_s for r in ranks),
+                "params_bytes": _largest(m.params_bytes for m in mem),
+                "grads_bytes": _largest(m.grads_bytes for m in mem),
+                "optimizer_bytes": _largest(m.optimizer_bytes for m in mem),
+                "model_states_bytes": _largest(m.model_states_bytes for m in mem),
+                "peak_bytes": _largest(m.peak_bytes for m in mem),
                 # payload S of every rank's row, summed over ranks (collectives rank_bytes)
-                "collective_bytes": co.get("bytes"),
+                "collective_bytes": co.bytes,
                 # bytes on the wire, all links, whole window (traffic total_bytes)
-                "wire_bytes": tr.get("total_bytes"),
-                "ideal_bytes_per_rank": co.get("ideal_bytes_per_rank"),
-                "intra_node_bytes": tr.get("intra_node_bytes"),
-                "inter_node_bytes": tr.get("inter_node_bytes"),
-                "bubble_fraction": section(s, "pipeline").get("bubble_fraction"),
-                "allgather_hidden_fraction": section(s, "overlap").get("allgather_hidden_fraction"),
+                "wire_bytes": tr.total_bytes if tr else None,
+                "ideal_bytes_per_rank": co.ideal_bytes_per_rank,
+                "intra_node_bytes": tr.intra_node_bytes if tr else None,
+                "inter_node_bytes": tr.inter_node_bytes if tr else None,
+                "bubble_fraction": s.pipeline.bubble_fraction if s.pipeline else None,
+                "allgather_hidden_fraction": (
+                    s.overlap.allgather_hidden_fraction if s.overlap else None
+                ),
             }
         )
     return out
@@ -149,9 +141,9 @@ def compare_memory(runs: Sequence[Run]) -> go.Figure | None:
         fig.add_trace(bar(x, [num(r[key]) / div for r in rows], label, color, hover))
     theory = []
     for _, s in runs:
-        t = section(section(s, "memory"), "theory")
+        t = s.memory.theory if s.memory else None
         theory.append(
-            None if t.get("model_states_bytes") is None else num(t["model_states_bytes"]) / div
+            None if t is None or t.model_states_bytes is None else t.model_states_bytes / div
         )
     if any(t is not None for t in theory):
         fig.add_trace(
@@ -199,5 +191,5 @@ COMPARE_FIGURES: dict[str, Callable[[Sequence[Run]], go.Figure | None]] = {
 
 
 def compare_figures(runs: Sequence[Run]) -> dict[str, go.Figure | None]:
-    """Every comparison figure of RUNS ((name, summary) pairs) by name."""
+    """Every comparison figure of RUNS ((name, Summary) pairs) by name."""
     return {name: fn(runs) for name, fn in COMPARE_FIGURES.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -34,7 +34,7 @@ def timeline_lanes(tl: pl.DataFrame) -> list[int]:
 
 def timeline_origin(tl: pl.DataFrame) -> int:
     """x = 0 of every timeline view: the earliest span start (ns)."""
-    return int(tl.get_column("start_ns").min())
+    return int(cast(int, tl.get_column("start_ns").min()))  # a non-empty Int64 column
 
 
 def lane_axis(lanes: Sequence[int]) -> dict:

@@ -2,39 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 
-from tracekit.figures.read import num, section, section_rows
-from tracekit.figures.style import MEMORY_PARTS, bar, byte_unit, fmt_bytes, layout, plain
+from tracekit.figures.style import MEMORY_PARTS, bar, byte_unit, fmt_bytes, layout, num, plain
+from tracekit.summary import Summary
+from tracekit.summary.memory import MemoryRank
 
 
-def memory(summary: dict[str, Any]) -> go.Figure | None:
+def _parts(r: MemoryRank) -> list[float]:
+    """The bytes of :data:`MEMORY_PARTS`, in its order (unknown as 0)."""
+    return [
+        num(v) for v in (r.params_bytes, r.grads_bytes, r.optimizer_bytes, r.activation_peak_bytes)
+    ]
+
+
+def memory(summary: Summary) -> go.Figure | None:
     """Per rank: params / grads / optimizer / activation peak stacked, measured peak, theory line."""
-    rows = section_rows(summary, "memory", "per_rank")
+    rows = summary.memory.per_rank if summary.memory else []
     if not rows:
         return None
-    theory = section(section(summary, "memory"), "theory")
-    peak = max(
-        [sum(num(r.get(k)) for k, _, _ in MEMORY_PARTS) for r in rows]
-        + [num(r.get("peak_bytes")) for r in rows]
-        + [num(theory.get("model_states_bytes"))]
-    )
+    theory = summary.memory.theory if summary.memory else None
+    theory_bytes = theory.model_states_bytes if theory else None
+    parts = [_parts(r) for r in rows]
+    peak = max([sum(p) for p in parts] + [num(r.peak_bytes) for r in rows] + [num(theory_bytes)])
     div, unit = byte_unit(peak)
-    x = [f"rank {r.get('rank')}" for r in rows]
+    x = [f"rank {r.rank}" for r in rows]
     fig = go.Figure()
-    for key, label, color in MEMORY_PARTS:
+    for i, (_key, label, color) in enumerate(MEMORY_PARTS):
         fig.add_trace(
             bar(
                 x,
-                [num(r.get(key)) / div for r in rows],
+                [p[i] / div for p in parts],
                 label,
                 color,
                 label + ": %{y:.3f} " + unit,
             )
         )
-    peaks = [r.get("peak_bytes") for r in rows]
+    peaks = [r.peak_bytes for r in rows]
     if any(v is not None for v in peaks):
         fig.add_trace(
             go.Scatter(
@@ -46,9 +50,9 @@ def memory(summary: dict[str, Any]) -> go.Figure | None:
                 hovertemplate="%{x}<br>peak %{y:.3f} " + unit + "<extra></extra>",
             )
         )
-    if theory.get("model_states_bytes") is not None:
-        y = num(theory["model_states_bytes"]) / div
-        formula = plain(theory.get("formula", ""))
+    if theory is not None and theory_bytes is not None:
+        y = num(theory_bytes) / div
+        formula = plain(theory.formula)
         fig.add_hline(y=y, line=dict(color="#d62728", dash="dash", width=2))
         fig.add_trace(
             go.Scatter(
@@ -61,7 +65,7 @@ def memory(summary: dict[str, Any]) -> go.Figure | None:
             )
         )
         fig.add_annotation(
-            text=f"theory {formula} = {plain(fmt_bytes(theory['model_states_bytes']))}",
+            text=f"theory {formula} = {plain(fmt_bytes(theory_bytes))}",
             x=1,
             xref="paper",
             y=y,

@@ -3,14 +3,14 @@ reduce-scatter ran under compute."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from tracekit.figures.read import num, section, section_rows
-from tracekit.figures.style import STATE_COLORS, bar, fmt_frac, fmt_s, layout, plain
+from tracekit.figures.style import STATE_COLORS, bar, fmt_frac, fmt_s, layout, num, plain
+from tracekit.summary import Summary
 
 _OP_TITLES = {
     "all_gather": "all-gather",
@@ -19,25 +19,35 @@ _OP_TITLES = {
 }
 
 
-def overlap_layers(summary: dict[str, Any], units: pl.DataFrame | None = None) -> go.Figure | None:
+class _Layer(NamedTuple):
+    """One bar pair: a layer unit's phase of one op, from the summary or the frame."""
+
+    unit: Any
+    phase: Any
+    op: Any
+    hidden_s: float | None
+    exposed_s: float | None
+
+
+def overlap_layers(summary: Summary, units: pl.DataFrame | None = None) -> go.Figure | None:
     """Per layer unit and phase: hidden (under compute) vs exposed seconds, per collective op."""
-    ov = section(summary, "overlap")
+    ov = summary.overlap
     if not ov:
         return None
-    rows = list(section_rows(summary, "overlap", "per_layer"))
+    # the summary's per_layer rows, else the overlap_units frame summed the same way
+    rows = [_Layer(r.unit, r.phase, r.op, r.hidden_s, r.exposed_s) for r in ov.per_layer]
     if not rows and units is not None and units.height:
-        rows = (
-            units.group_by("unit", "phase", "op", maintain_order=True)
-            .agg(pl.col("duration_s").sum(), pl.col("hidden_s").sum(), pl.col("exposed_s").sum())
-            .to_dicts()
+        per = units.group_by("unit", "phase", "op", maintain_order=True).agg(
+            pl.col("hidden_s").sum(), pl.col("exposed_s").sum()
         )
+        rows = [_Layer(*r) for r in per.rows()]
     if not rows:
         return None
-    ops = list(dict.fromkeys(str(r.get("op")) for r in rows))
+    ops = list(dict.fromkeys(str(r.op) for r in rows))
     ops.sort(key=lambda o: (["all_gather", "reduce_scatter"] + ops).index(o))
     frac = {
-        "all_gather": (ov.get("allgather_s"), ov.get("allgather_hidden_fraction")),
-        "reduce_scatter": (ov.get("reducescatter_s"), ov.get("reducescatter_hidden_fraction")),
+        "all_gather": (ov.allgather_s, ov.allgather_hidden_fraction),
+        "reduce_scatter": (ov.reducescatter_s, ov.reducescatter_hidden_fraction),
     }
     titles = []
     for op in ops:
@@ -50,16 +60,21 @@ def overlap_layers(summary: dict[str, Any], units: pl.DataFrame | None = None) -
         rows=1, cols=len(ops), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.06
     )
     for i, op in enumerate(ops, start=1):
-        sel = [r for r in rows if str(r.get("op")) == op]
-        x = [plain(f"{r.get('unit')} · {r.get('phase')}") for r in sel]
-        for part, color, label in (
-            ("hidden_s", STATE_COLORS["overlap"], "hidden (under compute)"),
-            ("exposed_s", STATE_COLORS["comm"], "exposed"),
+        sel = [r for r in rows if str(r.op) == op]
+        x = [plain(f"{r.unit} · {r.phase}") for r in sel]
+        for values, part, color, label in (
+            (
+                [num(r.hidden_s) for r in sel],
+                "hidden_s",
+                STATE_COLORS["overlap"],
+                "hidden (under compute)",
+            ),
+            ([num(r.exposed_s) for r in sel], "exposed_s", STATE_COLORS["comm"], "exposed"),
         ):
             fig.add_trace(
                 bar(
                     x,
-                    [num(r.get(part)) for r in sel],
+                    values,
                     label,
                     color,
                     label + ": %{y:.6f} s",

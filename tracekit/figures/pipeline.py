@@ -3,14 +3,13 @@ the bubbles per stage."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from tracekit.figures.read import num, section, section_rows
 from tracekit.figures.style import (
     KIND_COLORS,
     KIND_LABELS,
@@ -19,23 +18,26 @@ from tracekit.figures.style import (
     column,
     fmt_frac,
     layout,
+    num,
     plain,
     span_seconds,
     spans,
 )
+from tracekit.summary import Summary
+from tracekit.summary.pipeline import Pipeline
 
 MAX_OPS = 6000  # pipeline ops drawn
 
 
-def pipeline_theory_text(p: dict[str, Any]) -> str:
+def pipeline_theory_text(p: Pipeline) -> str:
     """The bubble fraction, measured and in theory, in one line (``p``: the pipeline section)."""
-    stages, m = p.get("stages"), p.get("microbatches")
-    parts = [f"measured {fmt_frac(p.get('bubble_fraction'))} (pipeline windows)"]
-    if p.get("bubble_fraction_span") is not None:
-        parts.append(f"whole span {fmt_frac(p.get('bubble_fraction_span'))}")
-    parts.append(f"replay {fmt_frac(p.get('bubble_fraction_replay'))}")
+    stages, m = p.stages, p.microbatches
+    parts = [f"measured {fmt_frac(p.bubble_fraction)} (pipeline windows)"]
+    if p.bubble_fraction_span is not None:
+        parts.append(f"whole span {fmt_frac(p.bubble_fraction_span)}")
+    parts.append(f"replay {fmt_frac(p.bubble_fraction_replay)}")
     parts.append(
-        f"theory (p-1)/(m+p-1) {fmt_frac(p.get('bubble_fraction_theory'))}"
+        f"theory (p-1)/(m+p-1) {fmt_frac(p.bubble_fraction_theory)}"
         + (f" with p={stages}, m={m}" if stages and m else "")
     )
     return "bubble fraction: " + " · ".join(parts)
@@ -144,13 +146,13 @@ def _bubble_bars(
 
 
 def pipeline_schedule(
-    summary: dict[str, Any],
+    summary: Summary,
     ops: pl.DataFrame | None,
     bubbles: pl.DataFrame | None = None,
     replay: pl.DataFrame | None = None,
 ) -> go.Figure | None:
     """Stage x time: F/B/W per microbatch, bubbles (fill/steady/drain), and the replayed schedule."""
-    p = section(summary, "pipeline")
+    p = summary.pipeline
     if ops is None or ops.height == 0 or not p:
         return None
     ops = ops.sort("start_ns")
@@ -170,18 +172,18 @@ def pipeline_schedule(
         + (["replayed with measured F/B durations, free communication"] if has_replay else []),
         row_heights=[0.6, 0.4] if has_replay else None,
     )
-    t0 = int(ops["start_ns"].min())
+    t0 = int(cast(int, ops["start_ns"].min()))
     _bubble_bars(fig, bubbles, key_cols, lanes, t0)
     _ops_bars(fig, ops, key_cols, lanes, t0, time_unit="ns", row=1, showlegend=True)
     n = len(keys)
-    if has_replay:
+    if replay is not None and has_replay:
         stages = sorted(int(s) for s in replay["stage"].unique().to_list())
         _ops_bars(
             fig,
             replay,
             ["stage"],
             {(s,): i for i, s in enumerate(stages)},
-            float(replay["start_s"].min()),
+            float(cast(float, replay["start_s"].min())),
             time_unit="s",
             row=2,
             showlegend=False,
@@ -206,8 +208,8 @@ def pipeline_schedule(
     )
     fig.update_xaxes(title_text="time since the first op", ticksuffix="s", row=1, col=1)
     title = (
-        f"pipeline schedule: {plain(p.get('schedule', '?'))}, {p.get('stages', '?')} stages, "
-        f"{p.get('microbatches', '?')} microbatches" + (f" (first {MAX_OPS:,} ops)" if cut else "")
+        f"pipeline schedule: {plain(p.schedule)}, {p.stages} stages, "
+        f"{p.microbatches} microbatches" + (f" (first {MAX_OPS:,} ops)" if cut else "")
     )
     layout(fig, title, height=int(min(1100, 300 + 46 * n)), barmode="overlay")
     fig.add_annotation(
@@ -225,27 +227,31 @@ def pipeline_schedule(
     return fig
 
 
-def pipeline_stages(summary: dict[str, Any]) -> go.Figure | None:
+def pipeline_stages(summary: Summary) -> go.Figure | None:
     """Per stage: fill / steady / drain bubble seconds, and in-flight microbatches."""
-    per_stage = section_rows(summary, "pipeline", "per_stage")
+    per_stage = summary.pipeline.per_stage if summary.pipeline else []
     if not per_stage:
         return None
-    x = [f"stage {r.get('stage')}" for r in per_stage]
+    x = [f"stage {r.stage}" for r in per_stage]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    for phase in ("fill", "steady", "drain"):
+    for phase, seconds in (
+        ("fill", [num(r.fill_s) for r in per_stage]),
+        ("steady", [num(r.steady_s) for r in per_stage]),
+        ("drain", [num(r.drain_s) for r in per_stage]),
+    ):
         fig.add_trace(
             bar(
                 x,
-                [num(r.get(f"{phase}_s")) for r in per_stage],
+                seconds,
                 f"bubble: {phase}",
                 PHASE_COLORS[phase],
                 phase + ": %{y:.6f} s",
             ),
             secondary_y=False,
         )
-    counts = (
+    counts: tuple[tuple[list[int | None], dict[str, Any]], ...] = (
         (
-            "max_inflight_microbatches",
+            [r.max_inflight_microbatches for r in per_stage],
             dict(
                 mode="markers+lines",
                 name="max in-flight microbatches",
@@ -254,7 +260,7 @@ def pipeline_stages(summary: dict[str, Any]) -> go.Figure | None:
             ),
         ),
         (
-            "weight_versions",
+            [r.weight_versions for r in per_stage],
             dict(
                 mode="markers",
                 name="weight versions",
@@ -262,8 +268,7 @@ def pipeline_stages(summary: dict[str, Any]) -> go.Figure | None:
             ),
         ),
     )
-    for key, look in counts:
-        y = [r.get(key) for r in per_stage]
+    for y, look in counts:
         if any(v is not None for v in y):
             fig.add_trace(go.Scatter(x=x, y=y, **look), secondary_y=True)
     fig.update_yaxes(title_text="bubble seconds", secondary_y=False)

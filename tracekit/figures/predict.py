@@ -124,6 +124,8 @@ def curve_for(analysis: Any) -> go.Figure | None:
         return None
     others = [(c["name"], c) for c in pred.get("compared") or [] if c.get("sweep")]
     fig = predict_curve([(Path(analysis.path).name, pred), *others])
+    if fig is None:  # not reached: pred has a sweep
+        return None
     for c in pred.get("crossovers") or []:
         for x in c.get("crossover_bits_per_s") or []:
             fig.add_vline(x=x, line=dict(color="#555", dash="dot", width=1))

@@ -1,16 +1,12 @@
-"""What figures and report tables read from an analysis: its frames, and the summary's sections
-with their fallbacks, in one place.
+"""The frames figures and reports read from an analysis, by name.
 
-The summary is summary.json as a nested dict: a section is null when the run has no such data
-and a list of rows may be null too. Every ``x.get(k) or {}`` / ``or []`` of the figures and the
-report goes through :func:`section`, :func:`section_rows`, :func:`rank_rows` and :func:`warnings`, so that reading typed
-attributes instead (tracekit.summary) changes these few functions and their call sites only.
+The summary is read as attributes of its typed form (``analysis.typed_summary``,
+tracekit.summary); frames stay polars frames and are found here: an attribute of the
+Analysis (``timeline``, ``events``, ...) or one of the sections' frames (``bubbles``, ...).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -34,37 +30,3 @@ def frame(analysis: Any, name: str) -> pl.DataFrame | None:
         if isinstance(value, pl.DataFrame):
             return value
     return None
-
-
-def section(summary: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
-    """``summary[name]``: a section (or any nested object) of the summary; {} when null."""
-    return (summary or {}).get(name) or {}
-
-
-def section_rows(summary: Mapping[str, Any] | None, name: str, key: str) -> list[dict[str, Any]]:
-    """``summary[name][key]``: a section's list of rows; [] when the section or the list is null."""
-    return section(summary, name).get(key) or []
-
-
-def rank_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The per-rank rows of the summary (``ranks``); [] when null."""
-    return summary.get("ranks") or []
-
-
-def op_label(row: Mapping[str, Any]) -> str:
-    """A row's collective op, "unknown" when the trace did not name it."""
-    return row.get("op") or "unknown"
-
-
-def num(x: Any) -> float:
-    """A value to draw: a number, with null / NaN / non-numbers as 0 (tables show them "–")."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return 0.0
-    return v if math.isfinite(v) else 0.0
-
-
-def warnings(summary: Mapping[str, Any]) -> list[str]:
-    """The analysis' warnings (``warnings``); [] when null."""
-    return summary.get("warnings") or []

@@ -8,6 +8,7 @@ Unknown (null) values are shown as :data:`UNKNOWN`, never as 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,6 +77,15 @@ def plain_expr(expr: pl.Expr) -> pl.Expr:
         .str.replace_all("<", "&lt;", literal=True)
         .str.replace_all(">", "&gt;", literal=True)
     )
+
+
+def num(x: Any) -> float:
+    """A value to draw: a number, with null / NaN / non-numbers as 0 (tables show them "–")."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return 0.0
+    return v if math.isfinite(v) else 0.0
 
 
 def fmt_bytes(n: Any) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -62,7 +63,7 @@ def timeline_overview(
         return None
     lanes = list(lanes) if lanes is not None else timeline_lanes(tl)
     t0 = timeline_origin(tl) if t0_ns is None else int(t0_ns)
-    lo, hi = window if window is not None else (t0, int(tl.get_column("end_ns").max()))
+    lo, hi = window if window is not None else (t0, int(cast(int, tl.get_column("end_ns").max())))
     trace, width, nbins = heatmap_trace(tl, lanes, t0, lo, hi, bins)
     fig = go.Figure(trace)
     legend_traces(fig)
@@ -174,7 +175,7 @@ def timeline_detail(
     if y_range is not None and len(y_range) == 2:
         yaxis["range"] = [float(y_range[0]), float(y_range[1])]
     if seg.height > max_bars:
-        fig = timeline_overview(
+        binned = timeline_overview(
             tl.filter(pl.col("rank").is_in(shown)),
             bubbles=bubbles,
             t0_ns=t0,
@@ -185,13 +186,14 @@ def timeline_detail(
                 "zoom further for real spans"
             ),
         )
-        # meta counts the spans of this window, not of the whole timeline
-        fig.update_layout(
-            yaxis=yaxis,
-            xaxis_range=[start_s, end_s],
-            meta={**fig.layout.meta, "segments": int(seg.height)},
-        )
-        return fig
+        if binned is not None:  # always: the window has spans
+            # meta counts the spans of this window, not of the whole timeline
+            binned.update_layout(
+                yaxis=yaxis,
+                xaxis_range=[start_s, end_s],
+                meta={**binned.layout.meta, "segments": int(seg.height)},
+            )
+        return binned
     fig = go.Figure()
     n_bars = _state_bars(fig, seg, lane_of, t0)
     ev_traces, n_events, ev_total = event_traces(events, lane_of, t0, lo, hi, max_events)

@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
-from tracekit.figures.read import num, op_label, section, section_rows
-from tracekit.figures.style import LINK_COLORS, bar, byte_unit, fmt_bytes, fmt_frac, layout, plain
+from tracekit.figures.style import (
+    LINK_COLORS,
+    bar,
+    byte_unit,
+    fmt_bytes,
+    fmt_frac,
+    layout,
+    num,
+    plain,
+)
+from tracekit.summary import Summary
 
 
-def traffic_split(summary: dict[str, Any]) -> go.Figure | None:
+def traffic_split(summary: Summary) -> go.Figure | None:
     """Bytes per op on intra-node vs inter-node links."""
-    tr = section(summary, "traffic")
+    tr = summary.traffic
     if not tr:
         return None
-    by_op = section_rows(summary, "traffic", "by_op")
-    x = [plain(op_label(r)) for r in by_op] + ["total"]
-    intra = [num(r.get("intra")) for r in by_op] + [num(tr.get("intra_node_bytes"))]
-    inter = [num(r.get("inter")) for r in by_op] + [num(tr.get("inter_node_bytes"))]
+    by_op = tr.by_op
+    x = [plain(r.op or "unknown") for r in by_op] + ["total"]
+    intra = [num(r.intra) for r in by_op] + [num(tr.intra_node_bytes)]
+    inter = [num(r.inter) for r in by_op] + [num(tr.inter_node_bytes)]
     div, unit = byte_unit(max([a + b for a, b in zip(intra, inter)] + [1]))
     fig = go.Figure()
     for name, vals in (("intra", intra), ("inter", inter)):
@@ -35,28 +43,28 @@ def traffic_split(summary: dict[str, Any]) -> go.Figure | None:
             )
         )
     title = (
-        f"traffic on links: {fmt_frac(tr.get('inter_node_fraction'))} of "
-        f"{fmt_bytes(tr.get('total_bytes'))} crosses nodes"
+        f"traffic on links: {fmt_frac(tr.inter_node_fraction)} of "
+        f"{fmt_bytes(tr.total_bytes)} crosses nodes"
     )
     return layout(fig, title, barmode="stack", yaxis_title=unit)
 
 
-def _node_boundaries(summary: dict[str, Any], ranks: Sequence[int]) -> list[float]:
-    nodes = section(section(summary, "topology"), "nodes")
-    seq = [nodes.get(str(r), nodes.get(r)) for r in ranks]
+def _node_boundaries(summary: Summary, ranks: Sequence[int]) -> list[float]:
+    nodes = summary.topology.nodes  # rank (a JSON key: text) -> node
+    seq = [nodes.get(str(r)) for r in ranks]
     return [i - 0.5 for i in range(1, len(seq)) if seq[i] != seq[i - 1]]
 
 
-def traffic_matrix(summary: dict[str, Any]) -> go.Figure | None:
+def traffic_matrix(summary: Summary) -> go.Figure | None:
     """Directed rank x rank bytes (matrix[src][dst]) with node boundaries drawn."""
-    tr = section(summary, "traffic")
-    matrix = tr.get("matrix")
-    if not matrix:
+    tr = summary.traffic
+    if tr is None or not tr.matrix:
         return None
+    matrix = tr.matrix
     z = np.asarray([[num(v) for v in row] for row in matrix], dtype=np.float64)
     n = z.shape[0]
     # row/column i is rank matrix_ranks[i] (the ranks with traces or links; 0..n-1 when all are)
-    ranks = list(tr.get("matrix_ranks") or range(n))
+    ranks = tr.matrix_ranks or list(range(n))
     div, unit = byte_unit(float(z.max()) if z.size else 1.0)
     fig = go.Figure(
         go.Heatmap(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from tracekit.report import perfetto
+from tracekit.summary import to_builtins
 
 if TYPE_CHECKING:
     from tracekit.report.write import Progress
@@ -25,11 +26,13 @@ _FORMULA_START = r"^[=+\-@\t\r]"
 def write_json(
     analyses: Sequence[Any], names: Sequence[str], tmp: Path, progress: Progress | None
 ) -> None:
-    """``{"schema_version", "runs": [{"name", "path", "summary"}]}``."""
+    """``{"schema_version", "runs": [{"name", "path", "summary"}]}``; each summary as its
+    summary.json says it (tracekit.summary)."""
     doc = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "runs": [
-            {"name": n, "path": str(a.path), "summary": a.summary} for n, a in zip(names, analyses)
+            {"name": n, "path": str(a.path), "summary": to_builtins(a.typed_summary)}
+            for n, a in zip(names, analyses)
         ],
     }
     tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

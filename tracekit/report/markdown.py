@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracekit.figures import NO_DATA
-from tracekit.figures.read import warnings
 from tracekit.report.tables import SECTIONS, Table, compare_table, rank_table, top_events
 
 if TYPE_CHECKING:
@@ -34,13 +33,13 @@ def write_md(
     analyses: Sequence[Any], names: Sequence[str], tmp: Path, progress: Progress | None
 ) -> None:
     lines = ["# tracekit report", ""]
-    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
+    summaries = [(n, a.typed_summary) for n, a in zip(names, analyses)]
     if len(analyses) > 1:
         lines += ["## comparison", ""] + _md_table(compare_table(summaries))
     for name, a in zip(names, analyses):
-        s = a.summary
+        s = a.typed_summary
         lines += [f"## {_md_cell(name)}", "", f"source: {_md_cell(a.path)}", ""]
-        for w in warnings(s):
+        for w in s.warnings:
             lines.append(f"- warning: {_md_cell(w)}")
         lines.append("")
         lines += _md_table(rank_table(s))
@@ -49,6 +48,9 @@ def write_md(
                 continue  # figures only (the prediction): nothing for a table format
             lines += [f"### {_md_cell(title)}", ""]
             t = table_fn(s) if table_fn else None
-            lines += _md_table(t) if t else [f"_{NO_DATA[nodata]}_", ""]
+            if t:
+                lines += _md_table(t)
+            elif nodata:
+                lines += [f"_{NO_DATA[nodata]}_", ""]
         lines += _md_table(top_events(a.events))
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")

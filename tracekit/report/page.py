@@ -18,7 +18,6 @@ import plotly.graph_objects as go
 
 from tracekit.figures import NO_DATA, compare_figures, figures_for
 from tracekit.figures.predict import curve_for
-from tracekit.figures.read import section, warnings
 from tracekit.report.tables import SECTIONS, Table, compare_table, rank_table, top_events
 
 if TYPE_CHECKING:
@@ -90,7 +89,7 @@ class FigureSink:
 
 def report_figures(analyses: Sequence[Any], names: Sequence[str]) -> tuple[Figures, list[Figures]]:
     """The comparison's figures (several runs) and every run's, its prediction's included."""
-    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
+    summaries = [(n, a.typed_summary) for n, a in zip(names, analyses)]
     compare = compare_figures(summaries) if len(analyses) > 1 else {}
     per_run = [figures_for(a) for a in analyses]
     for figs, a in zip(per_run, analyses):
@@ -100,15 +99,15 @@ def report_figures(analyses: Sequence[Any], names: Sequence[str]) -> tuple[Figur
 
 def _run_line(a: Any) -> str:
     """Where the run comes from and what it ran."""
-    run = section(a.summary, "run")
+    s = a.typed_summary
     desc = f"source: {a.path}"
-    if run:
+    if s.run:
+        run = s.run
         desc += (
-            f" · strategy {run.get('strategy')} · {run.get('world_size')} ranks · {run.get('backend')}"
-            f" · {run.get('device')} · {run.get('precision')}"
+            f" · strategy {run.strategy} · {run.world_size} ranks · {run.backend}"
+            f" · {run.device} · {run.precision}"
         )
-    win = section(a.summary, "window")
-    return desc + f" · window: {win.get('kind')}, {win.get('steps')} steps"
+    return desc + f" · window: {s.window.kind}, {s.window.steps} steps"
 
 
 def html_doc(
@@ -128,7 +127,7 @@ def html_doc(
         f"<style>{_CSS}</style></head><body>",
         "<h1>tracekit report</h1>",
     ]
-    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
+    summaries = [(n, a.typed_summary) for n, a in zip(names, analyses)]
     if len(analyses) > 1:
         parts.append("<h2>comparison</h2>")
         if tables:
@@ -137,11 +136,11 @@ def html_doc(
             if fig is not None:
                 parts.append(figure_html(fig))
     for name, a, figs in zip(names, analyses, per_run):
-        s = a.summary
+        s = a.typed_summary
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts.append(f'<p class="src">{html.escape(_run_line(a))}</p>')
         if tables:
-            for w in warnings(s):
+            for w in s.warnings:
                 parts.append(f'<p class="warn">warning: {html.escape(str(w))}</p>')
             parts.append(_html_table(rank_table(s)))
         for title, fig_names, table_fn, nodata in SECTIONS:

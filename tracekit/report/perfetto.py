@@ -22,7 +22,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -160,8 +160,8 @@ def _run_parts(
                     "args": {"name": tname},
                 }
             )
-        args = [c for c in ARG_COLUMNS if c in events.columns]
-        extra = [c for c in args if c not in ("kind", "device")]
+        arg_cols = [c for c in ARG_COLUMNS if c in events.columns]
+        extra = [c for c in arg_cols if c not in ("kind", "device")]
         ev = events.join(
             threads.select("rank", "device", "pid", "tid", "tid_out"),
             on=["rank", "device", "pid", "tid"],
@@ -172,8 +172,8 @@ def _run_parts(
         )
         # plain events carry kind and device only; collective ones their op, bytes, group, peer too
         for mask, cols in (
-            (~has_extra, [c for c in args if c in ("kind", "device")]),
-            (has_extra, args),
+            (~has_extra, [c for c in arg_cols if c in ("kind", "device")]),
+            (has_extra, arg_cols),
         ):
             part = ev.filter(mask)
             if part.height == 0:
@@ -248,10 +248,10 @@ def earliest_ns(analyses: Sequence[Any]) -> int:
     starts = []
     for a in analyses:
         if a.events.height:
-            starts.append(int(a.events.get_column("start_ns").min()))
+            starts.append(int(cast(int, a.events.get_column("start_ns").min())))
         tl = frame(a, "timeline")
         if tl is not None and tl.height:
-            starts.append(int(tl.get_column("start_ns").min()))
+            starts.append(int(cast(int, tl.get_column("start_ns").min())))
     return min(starts) if starts else 0
 
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analyses.group_names import row_label
-from tracekit.figures.compare import compare_rows
+from tracekit.figures.compare import Run, compare_rows
 from tracekit.figures.lanes import EVENT_KINDS
 from tracekit.figures.pipeline import pipeline_theory_text
-from tracekit.figures.read import op_label, rank_rows, section, section_rows
 from tracekit.figures.style import UNKNOWN, fmt_bytes, fmt_frac
+from tracekit.summary import Summary
+from tracekit.summary.collectives import CollectiveGroup, CollectiveOp
+from tracekit.summary.traffic import TrafficGroup, TrafficOp
 
 TOP_EVENTS = 15
 MAX_TABLE_ROWS = 200
@@ -37,9 +38,9 @@ def _gbps(x: Any) -> str:
     return _f(x, 3)
 
 
-def _cells(row: dict, keys: Iterable[str], fmt: Callable[[Any], str] = _f) -> list[str]:
-    """``fmt`` of each of ``keys`` of ``row``."""
-    return [fmt(row.get(k)) for k in keys]
+def _cells(values: Iterable[Any], fmt: Callable[[Any], str] = _f) -> list[str]:
+    """``fmt`` of each value."""
+    return [fmt(v) for v in values]
 
 
 def _short(text: str, n: int = 160) -> str:
@@ -53,21 +54,7 @@ def _pct(part: Any, whole: Any) -> str:
         return UNKNOWN
 
 
-_RANK_KEYS = (
-    "rank",
-    "node",
-    "span_s",
-    "step_time_s",
-    "compute_s",
-    "comm_s",
-    "overlap_s",
-    "exposed_comm_s",
-    "other_s",
-    "idle_s",
-)
-
-
-def rank_table(summary: dict) -> Table:
+def rank_table(summary: Summary) -> Table:
     head = [
         "rank",
         "node",
@@ -82,7 +69,22 @@ def rank_table(summary: dict) -> Table:
         "idle %",
     ]
     rows = [
-        _cells(r, _RANK_KEYS) + [_pct(r.get("idle_s"), r.get("span_s"))] for r in rank_rows(summary)
+        _cells(
+            (
+                r.rank,
+                r.node,
+                r.span_s,
+                r.step_time_s,
+                r.compute_s,
+                r.comm_s,
+                r.overlap_s,
+                r.exposed_comm_s,
+                r.other_s,
+                r.idle_s,
+            )
+        )
+        + [_pct(r.idle_s, r.span_s)]
+        for r in summary.ranks
     ]
     return "per-rank breakdown", head, rows
 
@@ -116,15 +118,13 @@ def top_events(events: pl.DataFrame | None, n: int = TOP_EVENTS) -> Table:
     return "top events by total time", head, rows
 
 
-def _timing_cells(r: dict) -> list[str]:
+def _timing_cells(r: CollectiveOp | CollectiveGroup) -> list[str]:
     """transfer, wait, time (s); algbw, busbw (GB/s)."""
-    return _cells(r, ("transfer_s", "wait_s", "time_s")) + _cells(
-        r, ("algbw_gbps", "busbw_gbps"), _gbps
-    )
+    return _cells((r.transfer_s, r.wait_s, r.time_s)) + _cells((r.algbw_gbps, r.busbw_gbps), _gbps)
 
 
-def collectives_table(summary: dict) -> Table:
-    co = section(summary, "collectives")
+def collectives_table(summary: Summary) -> Table:
+    co = summary.collectives
     # payload: S summed over every rank's rows (rank_bytes) and over calls (call_bytes)
     head = [
         "op",
@@ -138,30 +138,30 @@ def collectives_table(summary: dict) -> Table:
         "busbw GB/s",
     ]
     rows = [
-        [str(op_label(r)), _f(r.get("count"))]
-        + _cells(r, ("bytes", "call_bytes"), fmt_bytes)
+        [r.op or "unknown", _f(r.count)]
+        + _cells((r.bytes, r.call_bytes), fmt_bytes)
         + _timing_cells(r)
-        for r in section_rows(summary, "collectives", "per_op")
+        for r in co.per_op
     ]
     rows += [
         # per_group bytes count per call
-        [f"{row_label(r)} · {r.get('op')}", _f(r.get("rank_rows"))]
-        + _cells(r, ("rank_bytes", "bytes"), fmt_bytes)
-        + _timing_cells(r)
-        for r in section_rows(summary, "collectives", "per_group")[:MAX_TABLE_ROWS]
+        [f"{g.label} · {g.op}", _f(g.rank_rows)]
+        + _cells((g.rank_bytes, g.bytes), fmt_bytes)
+        + _timing_cells(g)
+        for g in co.per_group[:MAX_TABLE_ROWS]
     ]
     return (
         (
-            f"collectives: {co.get('count', 0)} calls, ideal bytes per rank "
-            f"{fmt_bytes(co.get('ideal_bytes_per_rank'))}"
+            f"collectives: {co.count} calls, ideal bytes per rank "
+            f"{fmt_bytes(co.ideal_bytes_per_rank)}"
         ),
         head,
         rows,
     )
 
 
-def pipeline_table(summary: dict) -> Table | None:
-    p = section(summary, "pipeline")
+def pipeline_table(summary: Summary) -> Table | None:
+    p = summary.pipeline
     if not p:
         return None
     head = [
@@ -174,76 +174,74 @@ def pipeline_table(summary: dict) -> Table | None:
         "weight versions",
     ]
     rows = [
-        _cells(r, ("stage", "fill_s", "steady_s", "drain_s", "max_inflight_microbatches"))
-        + [fmt_bytes(r.get("activation_peak_bytes")), _f(r.get("weight_versions"))]
-        for r in section_rows(summary, "pipeline", "per_stage")
+        _cells((r.stage, r.fill_s, r.steady_s, r.drain_s, r.max_inflight_microbatches))
+        + [fmt_bytes(r.activation_peak_bytes), _f(r.weight_versions)]
+        for r in p.per_stage
     ]
     return pipeline_theory_text(p), head, rows
 
 
-def overlap_table(summary: dict) -> Table | None:
-    ov = section(summary, "overlap")
+def overlap_table(summary: Summary) -> Table | None:
+    ov = summary.overlap
     if not ov:
         return None
     head = ["unit", "phase", "op", "duration s", "hidden s", "exposed s"]
     rows = [
-        _cells(r, ("unit", "phase", "op"), str) + _cells(r, ("duration_s", "hidden_s", "exposed_s"))
-        for r in section_rows(summary, "overlap", "per_layer")[:MAX_TABLE_ROWS]
+        _cells((r.unit, r.phase, r.op), str) + _cells((r.duration_s, r.hidden_s, r.exposed_s))
+        for r in ov.per_layer[:MAX_TABLE_ROWS]
     ]
     title = (
-        f"all-gather {_f(ov.get('allgather_s'))} s, {fmt_frac(ov.get('allgather_hidden_fraction'))} hidden; "
-        f"reduce-scatter {_f(ov.get('reducescatter_s'))} s, "
-        f"{fmt_frac(ov.get('reducescatter_hidden_fraction'))} hidden"
+        f"all-gather {_f(ov.allgather_s)} s, {fmt_frac(ov.allgather_hidden_fraction)} hidden; "
+        f"reduce-scatter {_f(ov.reducescatter_s)} s, "
+        f"{fmt_frac(ov.reducescatter_hidden_fraction)} hidden"
     )
     return title, head, rows
 
 
-_MEMORY_KEYS = (
-    "params_bytes",
-    "grads_bytes",
-    "optimizer_bytes",
-    "model_states_bytes",
-    "activation_peak_bytes",
-    "peak_bytes",
-)
-
-
-def memory_table(summary: dict) -> Table | None:
-    mem = section(summary, "memory")
-    if not mem.get("per_rank"):
+def memory_table(summary: Summary) -> Table | None:
+    mem = summary.memory
+    if not mem or not mem.per_rank:
         return None
     head = ["rank", "params", "grads", "optimizer", "model states", "activation peak", "peak"]
-    rows = [[_f(r.get("rank"))] + _cells(r, _MEMORY_KEYS, fmt_bytes) for r in mem["per_rank"]]
-    theory = mem.get("theory")
+    rows = [
+        [_f(r.rank)]
+        + _cells(
+            (
+                r.params_bytes,
+                r.grads_bytes,
+                r.optimizer_bytes,
+                r.model_states_bytes,
+                r.activation_peak_bytes,
+                r.peak_bytes,
+            ),
+            fmt_bytes,
+        )
+        for r in mem.per_rank
+    ]
+    theory = mem.theory
     title = "memory per rank" + (
-        f"; theory {theory.get('formula')} = {fmt_bytes(theory.get('model_states_bytes'))}"
-        if theory
-        else ""
+        f"; theory {theory.formula} = {fmt_bytes(theory.model_states_bytes)}" if theory else ""
     )
     return title, head, rows
 
 
-_WIRE_KEYS = ("intra", "inter", "bytes", "payload_bytes")
+def _wire_cells(r: TrafficOp | TrafficGroup) -> list[str]:
+    """intra-node, inter-node and all wire bytes; payload summed over calls."""
+    return _cells((r.intra, r.inter, r.bytes, r.payload_bytes), fmt_bytes)
 
 
-def traffic_table(summary: dict) -> Table | None:
-    tr = section(summary, "traffic")
+def traffic_table(summary: Summary) -> Table | None:
+    tr = summary.traffic
     if not tr:
         return None
     # wire bytes: on every link, summed over links and calls of the window (docs/traffic.md)
     head = ["op", "intra-node wire", "inter-node wire", "wire bytes", "payload Σ calls"]
-    rows = [
-        [str(r.get("op"))] + _cells(r, _WIRE_KEYS, fmt_bytes)
-        for r in section_rows(summary, "traffic", "by_op")
-    ]
-    rows += [
-        [f"{row_label(r)} · {r.get('op')}"] + _cells(r, _WIRE_KEYS, fmt_bytes)
-        for r in section_rows(summary, "traffic", "by_group")[:MAX_TABLE_ROWS]
-    ]
+    rows = [[r.op] + _wire_cells(r) for r in tr.by_op]
+    rows += [[f"{g.label} · {g.op}"] + _wire_cells(g) for g in tr.by_group[:MAX_TABLE_ROWS]]
     return (
         (
-            f"traffic: {fmt_frac(tr.get('inter_node_fraction'))} of "
-            f"{fmt_bytes(tr.get('total_bytes'))} wire bytes (all links, whole window) "
+            f"traffic: {fmt_frac(tr.inter_node_fraction)} of "
+            f"{fmt_bytes(tr.total_bytes)} wire bytes (all links, whole window) "
             "on inter-node links"
         ),
         head,
@@ -254,7 +252,7 @@ def traffic_table(summary: dict) -> Table | None:
 _COMPARE_BYTES = ("model_states_bytes", "collective_bytes", "wire_bytes", "inter_node_bytes")
 
 
-def compare_table(runs: Sequence[tuple[str, dict]]) -> Table:
+def compare_table(runs: Sequence[Run]) -> Table:
     """One row per run (tracekit.figures.compare_rows), the comparison report's first table."""
     head = [
         "run",
@@ -289,7 +287,7 @@ def compare_table(runs: Sequence[tuple[str, dict]]) -> Table:
 
 #: The sections of one run's report: (title, figure names, table builder, the no-data key
 #: of tracekit.figures.NO_DATA; None: the section is left out when it has no figure).
-SECTIONS: list[tuple[str, list[str], Callable[[dict], Table | None] | None, str | None]] = [
+SECTIONS: list[tuple[str, list[str], Callable[[Summary], Table | None] | None, str | None]] = [
     ("time per rank", ["breakdown"], None, None),
     ("timeline", ["timeline"], None, "timeline"),
     ("pipeline", ["pipeline", "pipeline_stages"], pipeline_table, "pipeline"),

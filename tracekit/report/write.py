@@ -94,15 +94,15 @@ def write_report(
     """Analyse PATHS (or take ANALYSES already made) and write the report in FMT to OUT."""
     if fmt not in FORMATS:
         raise TracekitError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    paths = [Path(p) for p in paths]
+    run_paths = [Path(p) for p in paths]
     if analyses is None:
-        if not paths:
+        if not run_paths:
             raise TracekitError("nothing to report: give at least one run folder or trace")
-        analyses = _load(paths, progress)
+        analyses = _load(run_paths, progress)
     else:
         analyses = list(analyses)
-        paths = paths or [Path(a.path) for a in analyses]
-    names = list(names) if names else display_names(paths)
+        run_paths = run_paths or [Path(a.path) for a in analyses]
+    names = list(names) if names else display_names(run_paths)
     out = Path(out)
     tmp = _atomic_target(out)
     try:
