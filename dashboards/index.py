@@ -210,6 +210,7 @@ class Summaries:
             except Refused:
                 items.append((rel, Path(rel), None, None, "refused"))
                 continue
+            assert isinstance(path, Path)  # a name (str) only for the preloaded, done above
             run = runname.load_run(path)
             items.append((rel, path, run, self.get(path), None))
         names = runname.names_for([(path, run) for _, path, run, _, _ in items])
@@ -233,7 +234,8 @@ def table(rows: list[dict[str, Any]], pending: bool) -> html.Div:
     """The sortable index table, and the poll that fills it in while runs are being analysed."""
     return html.Div(
         [
-            dash_table.DataTable(
+            # dash/dash_table/__init__.py opens with "# type: ignore": mypy sees none of its names
+            dash_table.DataTable(  # type: ignore[attr-defined]
                 id="index-table",
                 columns=COLUMNS,
                 data=rows,
