@@ -47,7 +47,7 @@ import torch.nn as nn
 from instrumented_runs import harness
 from instrumented_runs.model import GPT, MasterWeights, memory_states, setup_precision
 from tracekit import labels
-from tracekit.labels import region
+from tracekit.capture import region
 
 # DDP's default is 25 MiB; our model is 3.5 MB, so 1 MiB gives a handful of buckets to see.
 BUCKET_CAP_BYTES = 1 << 20

@@ -92,7 +92,7 @@ from torch.distributed.tensor import DTensor
 from instrumented_runs import harness
 from instrumented_runs.model import GPT, make_optimizer
 from tracekit import capture, labels
-from tracekit.labels import region
+from tracekit.capture import region
 
 DEFAULT_PREFETCH = 1  # the CLI's default (docs/cli.md)
 

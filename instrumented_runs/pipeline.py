@@ -59,7 +59,7 @@ from instrumented_runs import harness
 from instrumented_runs.data import rank_slice
 from instrumented_runs.model import GPT, GPTConfig, loss_fn
 from tracekit import capture, labels, theory
-from tracekit.labels import region
+from tracekit.capture import region
 
 SEND_WAIT = "sends"  # comm:wait:sends, the flush's wait for outstanding isends
 LOSS = "loss"  # comm:broadcast:loss, the last stage's loss to every rank

@@ -56,7 +56,7 @@ from instrumented_runs.pipeline import (
     split_microbatches,
 )
 from tracekit import labels
-from tracekit.labels import region
+from tracekit.capture import region
 
 
 def one_f_one_b_order(p: int, r: int, n: int) -> list[tuple[str, int]]:

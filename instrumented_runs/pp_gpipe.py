@@ -54,7 +54,7 @@ from instrumented_runs.pipeline import (
     split_microbatches,
 )
 from tracekit import labels
-from tracekit.labels import region
+from tracekit.capture import region
 
 
 class GPipe:

@@ -62,7 +62,7 @@ from instrumented_runs.pipeline import (
 )
 from instrumented_runs.pp_1f1b import one_f_one_b_order
 from tracekit import labels
-from tracekit.labels import region
+from tracekit.capture import region
 
 
 class PipeDream:

@@ -60,7 +60,7 @@ from instrumented_runs.model import (
     setup_precision,
 )
 from tracekit import capture, labels
-from tracekit.labels import region
+from tracekit.capture import region
 
 # --- collectives, each inside its label --------------------------------------------------------
 

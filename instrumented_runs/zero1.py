@@ -49,8 +49,7 @@ from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
 from instrumented_runs.model import GPT
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer
 from tracekit import labels
-from tracekit.capture import ActivationMeter
-from tracekit.labels import region
+from tracekit.capture import ActivationMeter, region
 
 # --- collectives, each inside its label --------------------------------------------------------
 

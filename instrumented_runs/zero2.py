@@ -53,8 +53,7 @@ from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
 from instrumented_runs.model import GPT
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer, split_into_buckets
 from tracekit import labels
-from tracekit.capture import ActivationMeter
-from tracekit.labels import region
+from tracekit.capture import ActivationMeter, region
 
 BUCKET_CAP_BYTES = 1 << 20  # as dp.py: a handful of buckets on our 3.5 MB model
 

@@ -62,7 +62,8 @@ from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
 from instrumented_runs.model import GPT, loss_fn
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer, UnitActivationMeter
 from tracekit import labels
-from tracekit.labels import BWD, FWD, region
+from tracekit.capture import region
+from tracekit.labels import BWD, FWD
 
 DEFAULT_PREFETCH = 1
 

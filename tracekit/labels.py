@@ -212,13 +212,6 @@ def p2p(op: str, what: str, microbatch: int, peer: int) -> str:
     return comm(op, what, f"mb{int(microbatch)}", f"peer{int(peer)}")
 
 
-def region(name: str):  # noqa: ANN201 - returns torch.profiler.record_function
-    """``with region(label): ...``: a ``record_function`` span (torch imported lazily)."""
-    from torch.profiler import record_function
-
-    return record_function(name)
-
-
 # --- reader -------------------------------------------------------------------------------------
 
 

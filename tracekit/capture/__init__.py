@@ -36,7 +36,7 @@ _EXPORTS = {
         "versions",
         "write_train",
     ),
-    "trace": ("exit_on_first_sigterm", "profile", "write_events_parquet"),
+    "trace": ("exit_on_first_sigterm", "profile", "region", "write_events_parquet"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -28,6 +28,11 @@ import torch
 from tracekit import runfolder
 
 
+def region(name: str) -> torch.profiler.record_function:
+    """``with region(label): ...``: a ``record_function`` span named by a tracekit.labels label."""
+    return torch.profiler.record_function(name)
+
+
 def _default_rank() -> int:
     import torch.distributed as dist
 
