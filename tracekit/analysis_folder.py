@@ -31,19 +31,6 @@ def default_out_dir(path: Path) -> Path:
     )
 
 
-def _writable_dir(folder: Path) -> bool:
-    """Writable, and not marked read-only: root may bypass the bits, but a folder without any
-    write bit is one its owner meant to keep as it is (shared trace archives)."""
-    existing = Path(folder)
-    while not existing.exists():
-        existing = existing.parent
-    try:
-        mode = existing.stat().st_mode
-    except OSError:
-        return False
-    return os.access(existing, os.W_OK) and bool(mode & 0o222)
-
-
 #: written into every analysis folder, listing what the analysis wrote: only a folder whose
 #: files are all listed there is ever replaced by another analysis
 MARKER = ".tracekit-analysis"
@@ -121,7 +108,7 @@ def write_analysis(result: Analysis, out: Path) -> Path:
     only when it is empty or an earlier analysis (check_out)."""
     out = Path(out)
     check_out(out, result.path)
-    if not _writable_dir(out.parent):
+    if not outputs.writable(out.parent):
         raise _refuse(out, "cannot write the analysis here (read-only folder)")
     tmp = outputs.temp_name(out, folder=True)
     try:

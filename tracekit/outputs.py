@@ -161,3 +161,18 @@ def is_write_failure(exc: BaseException) -> bool:
         if not isinstance(exc, pl.exceptions.PolarsError):
             return False
     return _errno(exc) in _WRITE_ERRNOS
+
+
+def writable(path: Path) -> bool:
+    """Writable and not marked read-only (root bypasses the bits, but a folder without any
+    write bit is one its owner meant to keep as it is: shared trace archives)."""
+    existing = Path(path)
+    while not existing.exists():
+        if existing.parent == existing:
+            return False
+        existing = existing.parent
+    try:
+        mode = existing.stat().st_mode
+    except OSError:
+        return False
+    return os.access(existing, os.W_OK) and bool(mode & 0o222)

@@ -180,21 +180,6 @@ def in_dir(trace: Path, cache_dir: Path | None = None) -> Path:
     return folder(cache_dir) / f"{_stem(trace)}-{h}{SUFFIX}"
 
 
-def writable(path: Path) -> bool:
-    """Writable and not marked read-only (root bypasses the bits, but a folder without any
-    write bit is one its owner meant to keep as it is: shared trace archives)."""
-    existing = Path(path)
-    while not existing.exists():
-        if existing.parent == existing:
-            return False
-        existing = existing.parent
-    try:
-        mode = existing.stat().st_mode
-    except OSError:
-        return False
-    return os.access(existing, os.W_OK) and bool(mode & 0o222)
-
-
 def candidates(trace: Path, cache_dir: Path | None) -> list[Path]:
     return [beside(trace), in_dir(trace, cache_dir)]
 
@@ -258,7 +243,7 @@ def target(trace: Path, cache_dir: Path | None, at_source: bool = False) -> Path
     """Where a new entry for ``trace`` goes: the cache folder (``at_source``: beside the trace)
     when it is writable, else nowhere."""
     dest = beside(trace) if at_source else in_dir(trace, cache_dir)
-    return dest if writable(dest.parent) else None
+    return dest if outputs.writable(dest.parent) else None
 
 
 # cache folder -> bytes in it as last counted (plus what this process added since): the folder
