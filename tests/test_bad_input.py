@@ -246,6 +246,9 @@ def test_run_json_with_wrong_types(run_copy: Path) -> None:
     data["world_size"], data["topology"] = 2, [{"rank": "0"}]
     (run_copy / "run.json").write_text(json.dumps(data))
     one_line_error(run_cli("analyze", str(run_copy)), "topology entry")
+    data["topology"], data["backend"] = [], ["gloo"]
+    (run_copy / "run.json").write_text(json.dumps(data))
+    one_line_error(run_cli("analyze", str(run_copy)), "run.json is damaged (backend is not text)")
     assert not (run_copy / "analysis").exists()
 
 
@@ -259,7 +262,17 @@ def test_out_that_is_a_file(run_copy: Path, tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-RUN_KEYS = ["world_size", "status", "errors", "topology", "config", "strategy", "precision"]
+RUN_KEYS = [
+    "world_size",
+    "status",
+    "errors",
+    "topology",
+    "config",
+    "strategy",
+    "precision",
+    "backend",
+    "device",
+]
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6),
     lambda inner: (
@@ -306,3 +319,4 @@ def test_mutated_run_json_never_crashes(small_run: Path, changes: dict) -> None:
         assert "\n" not in str(err) and "run.json" in str(err)
         return
     assert [r["rank"] for r in result.summary["ranks"]] == [34]
+    assert result.typed_summary.run is not None  # what summary.json echoes fits its schema

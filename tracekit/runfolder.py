@@ -164,8 +164,9 @@ def _run_json_problem(data: dict[str, Any]) -> str | None:
         return f"world_size {str(world)[:40]!r} is not a positive integer"
     if world is not None and world > RANK_LIMIT:  # ranks are 32-bit everywhere (torch, frames)
         return f"world_size {world} is more than {RANK_LIMIT} ranks"
-    if not isinstance(data.get("status"), (str, type(None))):
-        return "status is not text"
+    for key in ("status", "strategy", "backend", "device", "precision"):  # summary.json echoes them
+        if not isinstance(data.get(key), (str, type(None))):
+            return f"{key} is not text"
     if not isinstance(data.get("errors", []), (list, type(None))):
         return "errors is not a list"
     if not isinstance(data.get("config", {}), (dict, type(None))):
