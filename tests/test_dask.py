@@ -159,12 +159,28 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
             c.stop(name)
 
 
-def _pg_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _pg_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group PGID, from /proc: an orphan's zombie waits
+    for its reaper (PID 1, which in some containers never reaps), and killpg(pgid, 0) counts it."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            live.append(int(stat.parent.name))
+    return live
+
+
+def _pg_alive(pgid: int, within_s: float = 10.0) -> bool:
+    """A live process of PGID is still there after WITHIN_S (a SIGKILL takes a moment)."""
+    deadline = time.monotonic() + within_s
+    while _pg_members(pgid):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 # --- the real cluster --------------------------------------------------------------------------
