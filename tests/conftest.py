@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders.traces import HTA
 
 ROOT = Path(__file__).resolve().parents[1]
-HTA = ROOT / "tests" / "data" / "corpus" / "hta"
 SAMPLES = ROOT / "sample_traces"
 
 

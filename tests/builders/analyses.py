@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from builders.summary import complete
-from builders.traces import XSS
 from tracekit.analyze import Analysis
 from tracekit.events import EVENT_SCHEMA
 from tracekit.figures.style import STATES
+
+from .summary import complete
+from .traces import XSS
 
 T0 = 1_700_000_000_000_000_000
 

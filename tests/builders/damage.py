@@ -12,7 +12,7 @@ import json
 
 from hypothesis import strategies as st
 
-from builders.traces import NCCL_DATA, read_gz, small_trace
+from .traces import NCCL_DATA, read_gz, small_trace
 
 JSON_VALUES = st.recursive(
     st.none()

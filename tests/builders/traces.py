@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import HTA
-
 XSS = "<img src=x onerror=alert(1)>"
+#: HolisticTraceAnalysis's committed traces (tests/data/corpus/hta, MIT: see its README)
+HTA = Path(__file__).resolve().parents[1] / "data" / "corpus" / "hta"
 TRACE_FILTER = HTA / "trace_filter"
 NCCL_DATA = HTA / "nccl_parser_config" / "nccl_data.json.gz"
 CPU_ONLY = HTA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
