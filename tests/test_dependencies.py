@@ -45,13 +45,11 @@ def declared_distributions(pyproject: dict) -> set[str]:
 
 
 def _is_local(module: str, source: Path, root: Path) -> bool:
-    """A module of the repository: a file or package in the importing file's folder or a folder
-    above it up to the repository root (tests' conftest and builders, also from
-    tests/builders/; benchmarks' measure; a top-level folder such as ``tests``)."""
-    folders = [source.parent, *source.parent.parents]
+    """A module of the repository: a sibling of the importing file (tests' conftest, benchmarks'
+    measure) or a top-level folder or file of the repository (``from tests.conftest import``)."""
     return any(
         (here / f"{module}.py").is_file() or (here / module).is_dir()
-        for here in folders[: folders.index(root) + 1]
+        for here in (source.parent, root)
     )
 
 
