@@ -354,16 +354,20 @@ def collectives_summary(table: pl.DataFrame) -> dict:
     bandwidth from matched transfer times (tracekit.analyses.matching), else from durations."""
     from tracekit.analyses import matching
 
-    if table.height == 0:
+    if table.height == 0:  # the same keys, in the same order, as with calls
         return {
             "count": 0,
             "bytes": 0,
+            "rank_bytes": 0,
+            "call_bytes": 0,
+            "unknown_size": 0,
+            "bytes_counted": BYTES_COUNTED,
             "ideal_bytes_per_rank": 0,
-            "per_op": [],
-            "per_group": [],
             "time_basis": "duration",
             "calls": 0,
             "complete_calls": 0,
+            "per_op": [],
+            "per_group": [],
         }
     has_match = "call_id" in table.columns
     if not has_match:  # a table built without matching: every row on its own

@@ -108,9 +108,7 @@ class CollectiveGroup(Record):
 
 class Collectives(Record):
     """Totals over every rank's collective calls in the window (frame `collectives.parquet`,
-    one row per call per rank). An input without any is written with only count, bytes,
-    ideal_bytes_per_rank, per_op, per_group, time_basis, calls, complete_calls and
-    ideal_bytes_per_rank_per_step (tracekit.summary.codec)."""
+    one row per call per rank); an input without any has zero counts and sizes and empty lists."""
 
     count: Annotated[int, M("rows: calls x ranks")]
     bytes: Annotated[int | None, M("= rank_bytes; null when no size is known")]
