@@ -30,10 +30,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SAMPLES, run_cli
 
-from tracekit.engines import EngineInfo, open_executor
+from tracekit.engines import open_executor
 from tracekit.errors import TracekitError
 from tracekit.ingest.kineto import parse_ranks, read_trace
 from tracekit.summary import encode, from_json
+from tracekit.summary.schema import Engine
 
 try:
     import distributed
@@ -192,7 +193,7 @@ def test_per_rank_tasks_on_dask_equal_the_in_process_parse(cluster, job):
     with distributed.get_task_stream(client=cluster.client) as stream:
         with open_executor(cluster.address) as (executor, info):
             got = parse_ranks(executor, job)
-    assert info == EngineInfo("dask", cluster.address, 2)
+    assert info == Engine("dask", cluster.address, 2)
     assert [i.rank for i, _ in got] == list(range(RANKS))
     for (want_info, want_frame), (got_info, got_frame) in zip(expected, got):
         assert got_info == want_info  # every TraceInfo field
@@ -334,7 +335,7 @@ def test_local_engines_give_the_same_parse(kind, job):
     expected = [read_trace(p) for p in job[:3]]
     with open_executor(kind, workers=2) as (executor, info):
         got = parse_ranks(executor, job[:3])
-    assert info == EngineInfo(kind, None, 2)
+    assert info == Engine(kind, None, 2)
     for (want_info, want_frame), (got_info, got_frame) in zip(expected, got):
         assert got_info == want_info and got_frame.equals(want_frame)
 

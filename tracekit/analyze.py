@@ -19,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
 import polars as pl
 
 from tracekit import runfolder, timeline
@@ -116,7 +117,7 @@ def analyze(
         inp = prepare(job, align_clocks)
         result = assemble(inp, run_sections(inp))
     if engine:
-        result.summary["engine"] = engine[1].as_dict()
+        result.summary["engine"] = msgspec.to_builtins(engine[1])
     return result
 
 

@@ -30,27 +30,15 @@ from collections.abc import Iterator
 from concurrent.futures import CancelledError, Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from tracekit.errors import TracekitError
+from tracekit.summary.schema import Engine
 
 SCHEDULER_ENV = "TRACEKIT_SCHEDULER"
 LOCAL_ENGINES = ("threads", "processes")
 CONNECT_TIMEOUT_S = 10.0  # a scheduler that has not answered by then is reported, not awaited
 INSTALL_HINT = "pip install 'tracekit[cluster]'"
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """The engine an analysis ran on, as summary.json records it (key ``engine``)."""
-
-    kind: str  # "threads" | "processes" | "dask"
-    address: str | None  # the Dask scheduler's address; None for the local engines
-    workers: int  # pool size; for Dask, the workers connected when the analysis started
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def resolve(scheduler: str | None) -> str | None:
@@ -70,7 +58,7 @@ def open_executor(
     scheduler: str | None = None,
     workers: int | None = None,
     connect_timeout: float = CONNECT_TIMEOUT_S,
-) -> Iterator[tuple[Executor, EngineInfo]]:
+) -> Iterator[tuple[Executor, Engine]]:
     """An Executor for per-rank tasks and what it is; shut down (or disconnected) on exit.
 
     ``scheduler``: "threads", "processes" or a Dask scheduler address (default
@@ -81,7 +69,7 @@ def open_executor(
     chosen = resolve(scheduler) or "threads"
     if chosen in LOCAL_ENGINES:
         n = max(1, workers or _cpus())
-        info = EngineInfo(chosen, None, n)
+        info = Engine(chosen, None, n)
         pool: Executor = (
             ThreadPoolExecutor(n, thread_name_prefix="tracekit-rank")
             if chosen == "threads"
@@ -94,7 +82,7 @@ def open_executor(
     with _dask_logs_muted():
         client = _connect(chosen, connect_timeout)
         try:
-            info = EngineInfo("dask", chosen, len(client.nthreads()))
+            info = Engine("dask", chosen, len(client.nthreads()))
             with _one_line(info):
                 # pure=False: a task reads a file that may change, so no result is shared by key
                 yield client.get_executor(pure=False), info
@@ -163,7 +151,7 @@ def _connect(address: str, timeout: float) -> Any:
 
 
 @contextmanager
-def _one_line(info: EngineInfo) -> Iterator[None]:
+def _one_line(info: Engine) -> Iterator[None]:
     """Engine failures as one-line TracekitErrors; the tasks' own errors pass unchanged."""
     where = f"the Dask cluster at {info.address}" if info.address else f"local {info.kind}"
     try:

@@ -14,7 +14,7 @@ from tracekit.summary.traffic import Clock, Topology, Traffic
 
 
 class Engine(Record):
-    """Where the per-rank work ran (tracekit.engines.EngineInfo); the key is present only
+    """Where the per-rank work ran (tracekit.engines opens it); the key is present only
     when an engine was asked for (`--scheduler`, `$TRACEKIT_SCHEDULER`)."""
 
     kind: Annotated[str, M("`threads`, `processes` or `dask`")]
