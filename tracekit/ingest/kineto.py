@@ -101,11 +101,23 @@ def _parse_one(
         return read_trace(path)
     want = trace_cache.key(path)
     info, frame = read_trace(path)
+    _store(path, info, frame, cache_dir, want, writer)
+    return info, frame
+
+
+def _store(
+    path: Path,
+    info: TraceInfo,
+    frame: pl.DataFrame,
+    cache_dir: Path | None,
+    want: dict[str, Any] | None,
+    writer: Executor | None,
+) -> None:
+    """PATH's cache entry under the key WANT it had before it was read: by WRITER when given."""
     if writer is not None:
         writer.submit(trace_cache.store, path, info, frame, cache_dir, want)
     else:
         trace_cache.store(path, info, frame, cache_dir, want)
-    return info, frame
 
 
 def _work(path: str, cache_dir: str | None = None, store: bool = False) -> tuple[str, bytes, bytes]:
@@ -144,10 +156,7 @@ def parse_ranks(
     keys = [trace_cache.key(Path(p)) for p in paths] if store else []
     results = list(executor.map(parse_rank, [str(p) for p in paths]))
     for p, want, (info, frame) in zip(paths, keys, results):
-        if writer is not None:
-            writer.submit(trace_cache.store, Path(p), info, frame, cache_dir, want)
-        else:
-            trace_cache.store(Path(p), info, frame, cache_dir, want)
+        _store(Path(p), info, frame, cache_dir, want, writer)
     return results
 
 
