@@ -18,7 +18,7 @@ from conftest import HTA, SAMPLES, run_cli, spy_parses
 from polars.testing import assert_frame_equal
 
 from tracekit.analyze import analyze
-from tracekit.ingest import cache
+from tracekit.ingest import cache, cache_paths
 from tracekit.ingest.kineto import read_traces
 
 TRACE_FILTER = sorted((HTA / "trace_filter").glob("*.json.gz"))
@@ -44,10 +44,11 @@ def test_entries_are_written_to_the_cache_folder_and_read_back_identical(
     traces, fresh, monkeypatch
 ):
     infos, events = read_traces(traces, workers=1, cache=True)
-    assert cache.default_dir() == Path(os.environ["TRACEKIT_CACHE_DIR"])  # tests: a tmp folder
+    # tests: a tmp folder
+    assert cache_paths.default_dir() == Path(os.environ["TRACEKIT_CACHE_DIR"])
     for t in traces:
         entry = cache.in_dir(t)
-        assert entry.parent == cache.default_dir() and entry.is_file()
+        assert entry.parent == cache_paths.default_dir() and entry.is_file()
         assert entry.name.startswith(t.name.removesuffix(".json.gz") + "-")
         assert not cache.beside(t).exists(), "never beside the trace"
     assert_frame_equal(events, fresh[1])
@@ -101,14 +102,14 @@ def test_trace_folders_are_never_written(traces, tmp_path):
     first = run_cli("analyze", str(folder), "--out", str(out))
     assert first.returncode == 0, first.stderr
     assert sorted(p.name for p in folder.iterdir()) == before
-    entries = sorted(cache.default_dir().glob("*.events.parquet"))
+    entries = sorted(cache_paths.default_dir().glob("*.events.parquet"))
     assert [e.name.split("-")[0] for e in entries] == ["sampled_rank", "sampled_rank"]
     assert not (out / "cache").exists()
     summary = json.loads((out / "summary.json").read_text())
     # the second run reads the entries and gives the same numbers
     again = run_cli("analyze", str(folder), "--out", str(out))
     assert again.returncode == 0, again.stderr
-    assert sorted(cache.default_dir().glob("*.events.parquet")) == entries
+    assert sorted(cache_paths.default_dir().glob("*.events.parquet")) == entries
     assert json.loads((out / "summary.json").read_text())["ranks"] == summary["ranks"]
 
 
@@ -117,14 +118,14 @@ def test_no_cache_option_writes_none(traces, tmp_path):
     proc = run_cli("analyze", str(traces[0].parent), "--out", str(out), "--no-cache")
     assert proc.returncode == 0, proc.stderr
     assert not list(traces[0].parent.glob("*.events.parquet")) and not (out / "cache").exists()
-    assert not list(cache.default_dir().glob("*.events.parquet"))
+    assert not list(cache_paths.default_dir().glob("*.events.parquet"))
 
 
 def test_the_python_api_reads_entries_but_writes_none_by_default(traces, monkeypatch):
     analyze(traces[0].parent)
-    assert not list(cache.default_dir().glob("*.events.parquet"))
+    assert not list(cache_paths.default_dir().glob("*.events.parquet"))
     analyze(traces[0].parent, cache=True)
-    assert len(list(cache.default_dir().glob("*.events.parquet"))) == 2
+    assert len(list(cache_paths.default_dir().glob("*.events.parquet"))) == 2
     assert not list(traces[0].parent.glob("*.events.parquet"))
     parsed = spy_parses(monkeypatch)
     result = analyze(traces[0].parent)
@@ -169,7 +170,7 @@ def test_the_cache_folder_is_capped_least_recently_used_first(traces):
     os.utime(b, (long_ago + 10, long_ago + 10))  # written after a ...
     read_traces(traces[:1], workers=1, cache=None)  # ... but a was used since: a hit marks it
     assert a.stat().st_mtime > b.stat().st_mtime
-    assert cache.evict(cache.default_dir(), cap=a.stat().st_size) == a.stat().st_size
+    assert cache.evict(cache_paths.default_dir(), cap=a.stat().st_size) == a.stat().st_size
     assert a.exists() and not b.exists()
 
 

@@ -2,25 +2,27 @@
 
 Data flows one way: capture -> run folder -> ingest -> events -> timeline -> analyses ->
 figures -> app/report. ``tracekit.analyze(path)`` runs the middle of that chain in one call.
+
+The public names are loaded on first use (PEP 562): ``import tracekit`` costs milliseconds, so
+`tracekit analyze` can start reading its traces (tracekit.ingest.kineto_files.prefetch) while
+polars and the analyses are imported. The capture API (``profile``, ...) imports torch.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+import types
 
 from tracekit._version import __version__
+from tracekit.errors import TracekitError
 
 # polars' allocator (jemalloc) keeps freed pages for 10 s by default; an analysis builds and
 # drops whole-job frames in turn, so peak RSS counted freed pages again. 300 ms gives them
 # back almost at once for no measurable CPU (-10 % peak RSS at 1M events, benchmarks/README.md).
 # It takes effect only if polars is not loaded yet; a setting of the user's own wins.
 os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:300,muzzy_decay_ms:0")
-
-# eager on purpose: importing the submodule tracekit.analyze would otherwise replace a lazy
-# function of the same name on the package after its first call
-from tracekit.analyze import Analysis, analyze
-from tracekit.errors import TracekitError
-from tracekit.predict import predict  # eager for the same reason as analyze
 
 __all__ = [
     "Analysis",
@@ -33,13 +35,36 @@ __all__ = [
     "profiled",
 ]
 
-# the capture API imports torch: loaded on first use so that `tracekit analyze` starts fast
-_PROFILER_NAMES = ("profile", "profiled", "StepProfiler", "Profiler", "ProfileWarning")
+#: public name -> the module that defines it
+_LAZY = {
+    "Analysis": "tracekit.analyze",
+    "analyze": "tracekit.analyze",
+    "predict": "tracekit.predict",
+    **{
+        name: "tracekit.capture.profiler"
+        for name in ("profile", "profiled", "StepProfiler", "Profiler", "ProfileWarning")
+    },
+}
+#: functions named like the submodule that defines them
+_SHADOWED = ("analyze", "predict")
+
+
+class _Package(types.ModuleType):
+    """Keeps ``tracekit.analyze`` / ``tracekit.predict`` the functions: importing the submodule
+    of the same name sets the package's attribute to the module, which would hide them."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
-    if name in _PROFILER_NAMES:
-        from tracekit.capture import profiler
-
-        return getattr(profiler, name)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'tracekit' has no attribute {name!r}")

@@ -25,6 +25,33 @@ def _ranks_option(value: str | None):  # -> RankSet | None
         raise TracekitError(str(exc), f"--ranks {value}") from None
 
 
+def _read_ahead(
+    path: Path,
+    cache: bool,
+    cache_dir: Path | None,
+    ranks: str | None,
+    sample: int | None,
+    scheduler: str | None,
+) -> None:
+    """Start reading the traces this analysis will parse while polars and the analyses are
+    imported (tracekit.ingest.kineto_files.prefetch): only when it parses every trace PATH
+    names in this process (no rank selection, no engine) and only those without a cache entry."""
+    from tracekit import engines, runfolder
+    from tracekit.ingest import cache_paths, kineto_files
+
+    if ranks or sample or engines.resolve(scheduler):
+        return
+    try:
+        files = runfolder.find_trace_files(path)
+    except (TracekitError, OSError):
+        return  # the analysis says what is wrong
+    if cache:
+        files = [
+            f for f in files if not any(e.exists() for e in cache_paths.candidates(f, cache_dir))
+        ]
+    kineto_files.prefetch(files)
+
+
 @click.command("analyze")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--ranks-per-node", type=click.IntRange(1), default=None)
@@ -79,24 +106,32 @@ def analyze_cmd(
 ) -> None:
     """Analyse a run folder, a folder of Kineto traces, or one trace."""
     from tracekit.analysis_folder import check_out, default_out_dir, write_analysis
-    from tracekit.analyze import analyze
+    from tracekit.ingest import kineto_files
 
     t0 = time.perf_counter()
     target = out or default_out_dir(path)
     rank_set = _ranks_option(ranks)
     check_out(target, path)  # before the work: an --out that must not be replaced is refused
-    with tables.err.status(f"analysing {path}"):
-        result = analyze(
-            path,
-            ranks_per_node=ranks_per_node,
-            ranks=rank_set,
-            sample=sample,
-            cache=cache or False,
-            cache_dir=cache_dir,
-            align_clocks=align_clocks,
-            scheduler=scheduler,
-        )
-        target = write_analysis(result, target)
+    _read_ahead(path, cache, cache_dir, ranks, sample, scheduler)
+    try:
+        from tracekit.analyze import analyze  # polars and the analyses: the read-ahead's time
+
+        kineto_files.stop_prefetch()
+        with tables.err.status(f"analysing {path}"):
+            result = analyze(
+                path,
+                ranks_per_node=ranks_per_node,
+                ranks=rank_set,
+                sample=sample,
+                cache=cache or False,
+                cache_dir=cache_dir,
+                align_clocks=align_clocks,
+                scheduler=scheduler,
+            )
+            kineto_files.discard_prefetched()
+            target = write_analysis(result, target)
+    finally:
+        kineto_files.discard_prefetched()
     for w in result.typed_summary.warnings:
         tables.err.print(
             f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True

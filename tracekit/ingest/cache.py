@@ -7,8 +7,8 @@ parquet key-value metadata (one file: the table and what it describes can never 
 
 Where:
 
-1. a per-user cache folder (:func:`default_dir`: ``$TRACEKIT_CACHE_DIR``, else
-   ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``; ``--cache-dir`` overrides), as
+1. a per-user cache folder (tracekit.ingest.cache_paths.default_dir: ``$TRACEKIT_CACHE_DIR``,
+   else ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``; ``--cache-dir`` overrides), as
    ``<name>-<hash of the trace's resolved path>.events.parquet``. The entry also records that
    path, so two traces never share an entry. The folder is capped at
    ``$TRACEKIT_CACHE_MAX_BYTES`` (default 5 GiB): the entries used longest ago go first (a hit
@@ -45,11 +45,16 @@ from tracekit import outputs
 from tracekit._version import __version__
 from tracekit.errors import TracekitError
 from tracekit.events import EVENT_SCHEMA
+from tracekit.ingest.cache_paths import (
+    SUFFIX,
+    beside,
+    candidates,
+    in_dir,
+    resolved,
+)
 from tracekit.ingest.kineto_info import TraceInfo, decode_info, encode_info
 
-SUFFIX = ".events.parquet"
 FORMAT = 2  # bump when the layout of a cache entry changes (2: content CRC in the key)
-CACHE_DIR_ENV = "TRACEKIT_CACHE_DIR"
 MAX_BYTES_ENV = "TRACEKIT_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 5 * 2**30
 _META = "tracekit.cache"
@@ -81,21 +86,6 @@ def fingerprint() -> str:
         except OSError:
             digest.update(name.encode())
     return f"{__version__}+{digest.hexdigest()[:12]}"
-
-
-def default_dir() -> Path:
-    """$TRACEKIT_CACHE_DIR, else $XDG_CACHE_HOME/tracekit, else ~/.cache/tracekit."""
-    given = os.environ.get(CACHE_DIR_ENV, "").strip()
-    if given:
-        return Path(given).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "tracekit"
-
-
-def folder(cache_dir: Path | None) -> Path:
-    """The cache folder to use: CACHE_DIR when given, else :func:`default_dir`."""
-    return Path(cache_dir) if cache_dir is not None else default_dir()
 
 
 def max_bytes() -> int:
@@ -156,34 +146,6 @@ def key(trace: Path) -> dict[str, Any] | None:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "crc32": crc, "code": fingerprint()}
 
 
-def _stem(trace: Path) -> str:
-    name = Path(trace).name
-    for suffix in (".json.gz", ".json"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _where(trace: Path) -> str:
-    return str(Path(trace).resolve())
-
-
-def beside(trace: Path) -> Path:
-    """``rank0.json.gz`` -> ``rank0.events.parquet`` in the trace's own folder."""
-    trace = Path(trace)
-    return trace.with_name(_stem(trace) + SUFFIX)
-
-
-def in_dir(trace: Path, cache_dir: Path | None = None) -> Path:
-    """The entry for ``trace`` in a cache folder: its name + a hash of its resolved path."""
-    h = hashlib.sha256(_where(trace).encode()).hexdigest()[:16]
-    return folder(cache_dir) / f"{_stem(trace)}-{h}{SUFFIX}"
-
-
-def candidates(trace: Path, cache_dir: Path | None) -> list[Path]:
-    return [beside(trace), in_dir(trace, cache_dir)]
-
-
 def read_meta(entry: Path) -> dict[str, Any] | None:
     """The metadata of a cache entry: {"key": ..., "info": ...}, or None if unreadable."""
     try:
@@ -207,7 +169,7 @@ def lookup(
             if meta is None or meta.get("key") != want:
                 continue
             if entry is far:
-                if meta.get("path") != _where(trace):
+                if meta.get("path") != resolved(trace):
                     continue  # another trace's entry (a hash collision): never its events
                 try:
                     os.utime(entry)  # last use: eviction removes the longest unused first
@@ -313,14 +275,15 @@ def store(
         return None
     if key(trace) != want:
         return None
-    meta = json.dumps({"key": want, "path": _where(trace), "info": json.loads(encode_info(info))})
+    meta = json.dumps({"key": want, "path": resolved(trace), "info": json.loads(encode_info(info))})
     tmp = outputs.temp_name(dest)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        # zstd level 1: about as fast to write as lz4 and half the size; statistics are
-        # useless here (the whole file is always read)
+        # uncompressed: 28 % less CPU to write and 35 % less to read than zstd level 1 (8 x 30
+        # MB ranks: 0.28 / 0.05 CPU-s instead of 0.39 / 0.07), for files 2.5x larger (about
+        # the size of the gzipped trace); statistics are useless here (the whole file is read)
         frame.write_parquet(
-            tmp, compression="zstd", compression_level=1, statistics=False, metadata={_META: meta}
+            tmp, compression="uncompressed", statistics=False, metadata={_META: meta}
         )
         os.chmod(tmp, 0o644)
         os.replace(tmp, dest)

@@ -28,6 +28,7 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.events import DType
+from tracekit.ingest import kineto_files
 
 try:
     from tracekit.ingest import _kscan
@@ -278,7 +279,7 @@ def _decoded_fast(data: JsonBytes, path: Path) -> Decoded | None:
     the msgspec path then reads it, or says what is wrong)."""
     if _kscan is None:
         return None
-    scanned = _kscan.scan(data)
+    scanned = kineto_files.take_scan(data) or _kscan.scan(data)
     if scanned is None:
         return None
     _, strings, capsules, spans = scanned

@@ -5,6 +5,13 @@ JSON: the file's size; gzip: the size its trailer states, then the output while 
 a gzip bomb or a lying trailer stops at the limit: docs/bad-input.md). Only regular files are
 read (a FIFO must not block us). :func:`read_head` reads the first 64 KB of JSON, for the
 readers that look at a trace without parsing it (rank selection, foreign JSON files).
+
+Read-ahead (:func:`prefetch`): `tracekit analyze` spends its first quarter second importing
+polars and the analyses, on one core. Meanwhile a thread reads, gunzips and scans (the C
+scanner, tracekit.ingest._kscan) the first traces it will parse: all three release the GIL, and
+none needs polars. :func:`read_bytes` then hands out the bytes read ahead (when the file is
+still the one that was read), and tracekit.ingest.kineto_decode takes their scan
+(:func:`take_scan`). Nothing here imports polars.
 """
 
 from __future__ import annotations
@@ -13,8 +20,11 @@ import functools
 import math
 import os
 import stat
+import threading
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tracekit.errors import TracekitError
 
@@ -112,6 +122,71 @@ _GUNZIP_IN = 8 << 10
 _GUNZIP_OUT = 2 << 20
 
 
+@functools.lru_cache(maxsize=1)
+def _libdeflate() -> Any:
+    """libdeflate (the system's shared library, when it has one), set up for ctypes, or None.
+
+    It inflates a whole gzip member in one call at about twice zlib's speed (35 ms instead of
+    65 ms for a 30 MB trace here), without the GIL. Optional: zlib reads everything else.
+    """
+    import ctypes
+
+    for name in ("libdeflate.so.0", "libdeflate.so", "libdeflate.dylib", "libdeflate.0.dylib"):
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return None
+    try:
+        lib.libdeflate_alloc_decompressor.restype = ctypes.c_void_p
+        lib.libdeflate_alloc_decompressor.argtypes = []
+        lib.libdeflate_free_decompressor.argtypes = [ctypes.c_void_p]
+        size = ctypes.c_size_t
+        lib.libdeflate_gzip_decompress_ex.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+            size,
+            ctypes.c_void_p,
+            size,
+            ctypes.POINTER(size),
+            ctypes.POINTER(size),
+        ]
+        lib.libdeflate_gzip_decompress_ex.restype = ctypes.c_int
+    except AttributeError:  # a libdeflate too old for gzip_decompress_ex
+        return None
+    return lib
+
+
+def _gunzip_whole(raw: bytes, size: int) -> bytearray | None:
+    """RAW's gzip of exactly SIZE bytes by libdeflate, into a buffer of that size (so never
+    more than SIZE): None when there is no libdeflate, or RAW is anything else (several members,
+    another size, damage), which :func:`_gunzip`'s zlib path then reads or words."""
+    lib = _libdeflate()
+    if lib is None or size <= 0:
+        return None
+    import ctypes
+
+    out = bytearray(size)
+    used, made = ctypes.c_size_t(), ctypes.c_size_t()
+    state = lib.libdeflate_alloc_decompressor()
+    if not state:
+        return None
+    try:
+        target = (ctypes.c_char * size).from_buffer(out)
+        status = lib.libdeflate_gzip_decompress_ex(
+            state, raw, len(raw), target, size, ctypes.byref(used), ctypes.byref(made)
+        )
+        del target  # the buffer's export, so that it can be resized later
+    finally:
+        lib.libdeflate_free_decompressor(state)
+    rest = len(raw) - used.value
+    if status != 0 or made.value != size or raw.count(b"\0", used.value) != rest:
+        return None
+    return out
+
+
 def _gunzip(raw: bytes, limit: int, why: str, path: Path, size_hint: int = 0) -> bytearray:
     """Decompress every gzip member into one buffer, never producing more than ``limit`` bytes.
 
@@ -156,7 +231,12 @@ def _gunzip(raw: bytes, limit: int, why: str, path: Path, size_hint: int = 0) ->
 def read_bytes(path: Path) -> bytes | bytearray:
     """The file's JSON bytes (gunzipped when it starts with the gzip magic), refused before it
     is read when it is larger than :func:`max_trace_bytes` (for gzip: the size its trailer
-    states, then the running output size)."""
+    states, then the running output size). The bytes :func:`prefetch` read, when it did."""
+    ahead = _READ_AHEAD.take(path)
+    return ahead if ahead is not None else _read_now(path)
+
+
+def _read_now(path: Path) -> bytes | bytearray:
     limit, why = max_trace_bytes()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block us
@@ -190,7 +270,8 @@ def read_bytes(path: Path) -> bytes | bytearray:
         raise TracekitError("empty file", path)
     if not gz:
         return data
-    out = _gunzip(data, limit, why, path, hint)
+    # one member of the size its trailer states (the usual trace) in one call; else in slices
+    out = _gunzip_whole(data, hint) or _gunzip(data, limit, why, path, hint)
     if not out:
         raise TracekitError("empty file (gzip of nothing)", path)
     return out
@@ -216,3 +297,131 @@ def read_head(path: Path, head_bytes: int = HEAD_BYTES) -> bytes | None:
     except (OSError, zlib.error):
         return None
     return head
+
+
+# --- read-ahead ----------------------------------------------------------------------------
+
+#: JSON read ahead at most (memory held until the parse takes it)
+PREFETCH_BYTES = 256 << 20
+
+
+def _identity(path: Path) -> tuple | None:
+    """What says a file is still the one read: device, inode, size, mtime, ctime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class _ReadAhead:
+    """Files planned for reading ahead, and what was read: one reader thread, in plan order.
+
+    A file is claimed once, by the thread or by :meth:`take` (a parse that comes first reads it
+    itself); a claimed file is waited for. Results are handed out once and dropped if the file
+    changed since (:func:`_identity`).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.plan: list[str] = []  # not claimed yet
+        self.pending: dict[str, threading.Event] = {}  # claimed by the thread, being read
+        self.done: dict[str, tuple[tuple | None, bytes | bytearray | None, Any]] = {}
+        self.scans: dict[int, tuple[bytes | bytearray, Any]] = {}  # id(bytes) -> scan
+        self.stopped = threading.Event()
+
+    def start(self, paths: Sequence[Path], budget: int) -> threading.Thread:
+        with self.lock:
+            self.plan = [os.path.abspath(p) for p in paths]
+            self.stopped.clear()
+        thread = threading.Thread(
+            target=self._run, args=(budget,), name="tracekit-read-ahead", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _claim(self) -> tuple[str, threading.Event] | None:
+        with self.lock:
+            if self.stopped.is_set() or not self.plan:
+                return None
+            name = self.plan.pop(0)
+            self.pending[name] = threading.Event()
+            return name, self.pending[name]
+
+    def _run(self, budget: int) -> None:
+        try:
+            from tracekit.ingest import _kscan
+        except ImportError:  # built without a C compiler: read ahead, scan later
+            _kscan = None  # type: ignore[assignment]
+        read = 0
+        while read < budget and (claim := self._claim()) is not None:
+            name, event = claim
+            ident, data, scanned = _identity(Path(name)), None, None
+            try:
+                data = _read_now(Path(name))
+                scanned = _kscan.scan(data) if _kscan is not None else None
+                read += len(data)
+            except Exception:  # noqa: BLE001 - the parse reads it again and words the error
+                data = scanned = None
+            with self.lock:
+                self.done[name] = (ident, data, scanned)
+                del self.pending[name]
+            event.set()
+
+    def take(self, path: Path) -> bytes | bytearray | None:
+        """The bytes read ahead for PATH, or None (not planned, failed, or changed since)."""
+        name = os.path.abspath(path)
+        with self.lock:
+            if name in self.plan:
+                self.plan.remove(name)  # the thread has not started it: read it here
+                return None
+            event = self.pending.get(name)
+        if event is not None:
+            event.wait()
+        with self.lock:
+            ident, data, scanned = self.done.pop(name, (None, None, None))
+            if data is None or ident is None or ident != _identity(Path(name)):
+                return None
+            if scanned is not None:
+                self.scans[id(data)] = (data, scanned)
+            return data
+
+    def take_scan(self, data: bytes | bytearray) -> Any:
+        with self.lock:
+            held, scanned = self.scans.pop(id(data), (None, None))
+        return scanned if held is data else None
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped.set()
+            self.plan.clear()
+
+    def discard(self) -> None:
+        self.stop()
+        with self.lock:
+            self.done.clear()
+            self.scans.clear()
+
+
+_READ_AHEAD = _ReadAhead()
+
+
+def prefetch(paths: Sequence[Path], budget: int = PREFETCH_BYTES) -> threading.Thread:
+    """Start reading PATHS ahead, in order, in a thread of their own (returned), until
+    :func:`stop_prefetch` or BUDGET bytes of JSON; :func:`read_bytes` hands them out."""
+    return _READ_AHEAD.start(paths, budget)
+
+
+def stop_prefetch() -> None:
+    """Start no further file (the one being read is finished and kept)."""
+    _READ_AHEAD.stop()
+
+
+def discard_prefetched() -> None:
+    """Drop whatever was read ahead and not taken."""
+    _READ_AHEAD.discard()
+
+
+def take_scan(data: bytes | bytearray) -> Any:
+    """The C scanner's result for DATA when the read-ahead scanned it (once), else None."""
+    return _READ_AHEAD.take_scan(data)
