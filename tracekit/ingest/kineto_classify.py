@@ -73,6 +73,7 @@ docs/labels.md):
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -136,20 +137,39 @@ def _class_exprs() -> tuple[list[pl.Expr], ...]:
     )
 
 
+_CLASS_KEYS = ["cat", "name", "coll_name"]
+#: the classes of the (cat, name, coll_name) seen so far in this process: ranks of a job share
+#: their names, and classifying costs ~10 ms per rank whatever its size (the rules' regexes),
+#: so each name is classified once. A pure function's memo, emptied past _MEMO_ROWS names.
+_memo = pl.DataFrame()
+_memo_lock = threading.Lock()
+_MEMO_ROWS = 100_000
+
+
 def _classes(frame: pl.DataFrame) -> pl.DataFrame:
     """kind, and the collective family / op / arg rules, of each distinct (cat, name,
-    coll_name): the string rules (regexes) run once per distinct name, not once per event."""
+    coll_name): the string rules (regexes) run once per distinct name, not once per event.
+    Holds every name of FRAME, perhaps others (a left join on them reads what it needs)."""
+    global _memo
     kind, family, op, rules = _class_exprs()
-    return (
-        frame.lazy()
-        .select("cat", "name", "coll_name")
-        .unique()
-        .with_columns(kind)
-        .with_columns(family)
-        .with_columns(op)
-        .with_columns(rules)
-        .collect()
-    )
+    names = frame.lazy().select(_CLASS_KEYS).unique()
+    with _memo_lock:
+        if _memo.height:
+            names = names.join(_memo.lazy(), on=_CLASS_KEYS, how="anti", nulls_equal=True)
+        todo = names.collect()
+        if _memo.height and not todo.height:
+            return _memo  # even on no rows, running the rules costs their ~3 ms
+        new = (
+            todo.lazy()
+            .with_columns(kind)
+            .with_columns(family)
+            .with_columns(op)
+            .with_columns(rules)
+            .collect()
+        )
+        full = not _memo.height or _memo.height + new.height > _MEMO_ROWS
+        _memo = new if full else pl.concat([_memo, new])
+        return _memo
 
 
 def _drop_bad_times(frame: pl.DataFrame, base_ns: int | None, warnings: list[str]) -> pl.DataFrame:
@@ -305,7 +325,7 @@ def events_frame(
     is_gpu = pl.col("cat").is_in(GPU_CATS)
     frame = frame.join(
         _classes(frame),
-        on=["cat", "name", "coll_name"],
+        on=_CLASS_KEYS,
         how="left",
         maintain_order="left",
         nulls_equal=True,
