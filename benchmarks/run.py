@@ -62,11 +62,13 @@ def tracekit_workers(files: list[Path]) -> int:
 
 
 def clear_cache(folder: Path, out: Path) -> None:
+    """A cold start: no cache entry, and no earlier analysis in OUT whose tables it could reuse
+    (tracekit.analysis_folder links the tables of an unchanged job instead of writing them)."""
     from tracekit.ingest import cache
 
     for f in folder.glob("*.json.gz"):
         cache.remove(f, out / "cache")
-    shutil.rmtree(out / "cache", ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def run_tool(name: str, cmd: list[str], env: dict | None = None) -> dict:

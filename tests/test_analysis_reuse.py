@@ -1,0 +1,61 @@
+"""An unchanged table is hard-linked from the earlier analysis in the same folder, never encoded
+again; anything changed (content, order, the file itself, the writer) is written anew."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+from builders.traces import NCCL_DATA
+
+from tracekit.analysis_folder import MARKER, _content_hash, write_analysis
+from tracekit.analyze import analyze
+
+
+@pytest.fixture(scope="module")
+def result():  # noqa: ANN201 - an Analysis
+    return analyze(NCCL_DATA, cache=False)
+
+
+def inodes(out: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_ino for p in out.glob("*.parquet")}
+
+
+def test_an_unchanged_analysis_links_its_tables(result, tmp_path: Path) -> None:  # noqa: ANN001
+    out = write_analysis(result, tmp_path / "a")
+    first, summary = inodes(out), (out / "summary.json").read_bytes()
+    write_analysis(result, out)
+    assert inodes(out) == first and len(first) >= 4
+    assert (out / "summary.json").read_bytes() == summary
+    for name, frame in result.tables().items():
+        assert pl.read_parquet(out / f"{name}.parquet").equals(frame)
+    marker = json.loads((out / MARKER).read_text())
+    assert sorted(marker["files"]) == sorted(p.name for p in out.iterdir() if p.name != MARKER)
+
+
+def test_a_touched_file_or_other_writer_is_written_again(result, tmp_path: Path) -> None:  # noqa: ANN001
+    out = write_analysis(result, tmp_path / "a")
+    first = inodes(out)
+    ranks = out / "ranks.parquet"
+    os.utime(ranks, ns=(0, 0))  # looks edited since: never trusted
+    write_analysis(result, out)
+    second = inodes(out)
+    assert second["ranks.parquet"] != first["ranks.parquet"]
+    assert second["events.parquet"] == first["events.parquet"]
+    marker = json.loads((out / MARKER).read_text())
+    marker["writer"] = "another polars"
+    (out / MARKER).write_text(json.dumps(marker))
+    write_analysis(result, out)
+    assert not set(inodes(out).values()) & set(second.values())
+
+
+def test_content_hash_sees_values_order_and_schema() -> None:
+    a = pl.DataFrame({"x": [1, 2, 3], "y": ["a", None, "c"]})
+    assert _content_hash(a) == _content_hash(a.clone())
+    assert _content_hash(a) != _content_hash(a.reverse())
+    assert _content_hash(a) != _content_hash(a.with_columns(pl.col("x").cast(pl.Int32)))
+    assert _content_hash(a) != _content_hash(a.with_columns(y=pl.lit("a")))
+    assert _content_hash(a.head(0)) != _content_hash(a.head(0).cast({"x": pl.Int8}))
