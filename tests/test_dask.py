@@ -210,11 +210,19 @@ def test_per_rank_tasks_on_dask_equal_the_in_process_parse(cluster, job):
 @needs_dask
 def test_analyze_on_dask_writes_the_in_process_summary(cluster, job, in_process, tmp_path):
     out = tmp_path / "out"
-    done = run_cli(
-        "analyze", str(job[0].parent), "--no-cache", "--scheduler", cluster.address,
-        "--out", str(out), timeout=BOUND_S,
-    )  # fmt: skip
+    with distributed.get_task_stream(client=cluster.client) as stream:
+        done = run_cli(
+            "analyze", str(job[0].parent), "--no-cache", "--scheduler", cluster.address,
+            "--out", str(out), timeout=BOUND_S,
+        )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # the scheduler's record: both per-rank steps ran on the workers, one task per rank each
+    # (the read, scan_file; the timeline step, map_ranks), on both workers
+    workers = {cluster.worker_address("w1"), cluster.worker_address("w2")}
+    for step in ("scan_file-", "map_ranks-"):
+        ran = [t for t in stream.data if str(t["key"]).startswith(step)]
+        assert len(ran) == RANKS, (step, len(ran))
+        assert {t["worker"] for t in ran} == workers and all(t["status"] == "OK" for t in ran)
     written = (out / "summary.json").read_bytes()
     summary, engine = _without_engine(written)
     assert engine == {"kind": "dask", "address": cluster.address, "workers": 2}
@@ -252,7 +260,7 @@ def test_a_worker_killed_mid_analysis_never_hangs(cluster, job, in_process, tmp_
     try:
         deadline = time.monotonic() + BOUND_S
         while not any(
-            str(k).startswith("parse_rank-")
+            str(k).startswith(("scan_file-", "map_ranks-"))
             for k in cluster.client.processing(workers=[victim_addr]).get(victim_addr, ())
         ):
             assert proc.poll() is None, (

@@ -49,7 +49,8 @@ def resolve(scheduler: str | None) -> str | None:
     return chosen or None
 
 
-def _cpus() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -68,7 +69,7 @@ def open_executor(
     """
     chosen = resolve(scheduler) or "threads"
     if chosen in LOCAL_ENGINES:
-        n = max(1, workers or _cpus())
+        n = max(1, workers or usable_cpus())
         info = Engine(chosen, None, n)
         pool: Executor = (
             ThreadPoolExecutor(n, thread_name_prefix="tracekit-rank")
