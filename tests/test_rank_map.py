@@ -18,7 +18,7 @@ import pytest
 from builders.traces import HTA as HTA_CORPUS
 from conftest import SAMPLES, run_cli
 
-from tracekit.analysis_folder import write_analysis
+from tracekit.analysis_folder import is_analysis, write_analysis
 from tracekit.analyze import analyze
 from tracekit.ingest.load import load
 from tracekit.ingest.spill import PREFIX
@@ -56,9 +56,19 @@ def test_spilled_ranks_give_the_held_summary_and_tables(path, tmp_path, monkeypa
     for rank in spilled.timeline_at:  # zooming into one rank reads only its own timeline
         assert spilled.rank_timeline(rank).equals(held.timeline.filter(pl.col("rank") == rank))
     out_a, out_b = write_analysis(held, tmp_path / "a"), write_analysis(spilled, tmp_path / "b")
-    for name in ("events", "timeline"):
-        assert pl.read_parquet(out_b / f"{name}.parquet").equals(
-            pl.read_parquet(out_a / f"{name}.parquet")
+    for name in ("events", "timeline"):  # one file per rank, read as one
+        ranks = sorted(spilled.timeline_at)
+        names = sorted(p.name for p in (out_b / name).iterdir())
+        assert names == sorted(f"rank{r}.parquet" for r in ranks)
+        assert (
+            pl.read_parquet(out_b / name)
+            .sort("rank", maintain_order=True)
+            .equals(pl.read_parquet(out_a / name).sort("rank", maintain_order=True))
+        )
+        assert (
+            pl.read_parquet(out_a / name)
+            .sort("rank", maintain_order=True)
+            .equals(held.events if name == "events" else held.timeline)
         )
     assert _spill_folders(tmp_path / "scratch")  # in use while the analysis lives
     del spilled
@@ -121,3 +131,16 @@ def test_a_bad_memory_budget_is_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "TRACEKIT_MEMORY_BUDGET" in lines[0], done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_an_analysis_with_anything_else_in_its_per_rank_folders_is_not_replaced(tmp_path):
+    out = write_analysis(analyze(SAMPLES / "dp", cache=False), tmp_path / "out")
+    assert is_analysis(out)
+    (out / "events" / "notes.txt").write_text("mine")
+    assert not is_analysis(out)
+    (out / "events" / "notes.txt").unlink()
+    (out / "photos").mkdir()  # an empty folder of the user's, beside ours
+    assert not is_analysis(out)
+    (out / "photos").rmdir()
+    (out / "timeline" / "rank9.parquet").symlink_to(out / "ranks.parquet")
+    assert not is_analysis(out)

@@ -66,41 +66,40 @@ class Analysis:
     )  # from the sections: pipeline_ops, ...
     job: Job | None = None  # what was loaded (tracekit.ingest.load)
 
-    def events_plan(self) -> pl.LazyFrame:
-        """Every event of the ranks analysed, clocks aligned, as a lazy plan over where each
-        rank's events wait (sinking it writes them without holding them all)."""
-        plans = [ref.lazy() for ref in self.events_at.values()]
-        if not plans:
-            from tracekit.events import empty_events
-
-            return empty_events().lazy()
-        plan = pl.concat(plans, how="vertical")
-        if self.shifts:
-            shift = (
-                pl.col("rank")
-                .cast(pl.Int64)
-                .replace_strict(self.shifts, default=0, return_dtype=pl.Int64)
-            )
+    def rank_events(self, rank: int) -> pl.LazyFrame:
+        """One rank's events, clocks aligned, as a lazy plan over where they wait."""
+        plan = self.events_at[rank].lazy()
+        shift = self.shifts.get(rank, 0)
+        if shift:  # tracekit.clock.align's shift of this rank
             plan = plan.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
         return plan
 
-    def timeline_plan(self) -> pl.LazyFrame:
-        """The merged state segments of every rank (rank, start_ns, end_ns, state), lazily."""
-        plans = [ref.lazy() for ref in self.timeline_at.values()]
-        if not plans:
-            return pl.LazyFrame(schema=TIMELINE_SCHEMA)
-        return pl.concat(plans, how="vertical")
+    def rank_tables(self) -> dict[str, dict[int, pl.LazyFrame]]:
+        """The per-rank tables (written as <name>/rank<R>.parquet): every rank's events and
+        merged timeline, each a lazy plan over where it waits."""
+        return {
+            "events": {r: self.rank_events(r) for r in self.events_at},
+            "timeline": {r: ref.lazy() for r, ref in self.timeline_at.items()},
+        }
 
     @cached_property
     def events(self) -> pl.DataFrame:
         """Every event of the ranks analysed, clocks aligned: read back when first asked for
         (the report's top events, Perfetto export, predict), as big as the traces."""
-        return self.events_plan().collect()
+        plans = list(self.rank_tables()["events"].values())
+        if not plans:
+            from tracekit.events import empty_events
+
+            return empty_events()
+        return pl.concat(plans, how="vertical").collect()
 
     @cached_property
     def timeline(self) -> pl.DataFrame:
         """Merged state segments of every rank: rank, start_ns, end_ns, state."""
-        return self.timeline_plan().collect()
+        plans = list(self.rank_tables()["timeline"].values())
+        if not plans:
+            return pl.DataFrame(schema=TIMELINE_SCHEMA)
+        return pl.concat(plans, how="vertical").collect()
 
     def rank_timeline(self, rank: int) -> pl.DataFrame:
         """One rank's merged timeline, read alone (zooming into a rank reads only its own)."""
@@ -113,15 +112,9 @@ class Analysis:
         figures, reports and the app read its attributes. ``summary`` must not change after."""
         return to_struct(self.summary)
 
-    def tables(self) -> dict[str, pl.DataFrame | pl.LazyFrame]:
-        """The frames written beside summary.json; events and timeline as lazy plans."""
-        return {
-            "ranks": self.ranks,
-            "timeline": self.timeline_plan(),
-            "collectives": self.collectives,
-            "events": self.events_plan(),
-            **self.frames,
-        }
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """The frames written beside summary.json (the per-rank ones: :meth:`rank_tables`)."""
+        return {"ranks": self.ranks, "collectives": self.collectives, **self.frames}
 
 
 def analyze(
