@@ -17,7 +17,7 @@ Tasks are top-level functions of strings and numbers, so every engine sends them
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -67,65 +67,65 @@ def digest(info: TraceInfo, frame: pl.DataFrame, events: EventsRef) -> RankScan:
     )
 
 
-def scan_file(
-    path: str, folder: str, cache_dir: str | None = None, store: bool = False
+def _scan(
+    trace: Path,
+    place: Callable[[], str],
+    hold: Callable[[int], bool],
+    cache_dir: Path | None,
+    use_cache: bool,
+    store: bool,
+    writer: Executor | None = None,
 ) -> RankScan:
-    """The engine task: read PATH and write its events into FOLDER (a scratch folder the driver
-    shares), or (``store``) into its cache entry in CACHE_DIR, which then holds them."""
-    pin_mmap_threshold()
-    trace = Path(path)
+    """Read TRACE: from its matching cache entry when ``use_cache`` finds one (beside it, a
+    rank's ingest at source, or in the cache folder: then the entry is where its events wait),
+    else parsed. Its events are held when ``hold`` (the driver's budget) takes their size, else
+    kept in the cache entry written for it (``store``) or in a new file at ``place()``."""
+    if use_cache:
+        found = trace_cache.lookup(trace, cache_dir)
+        loaded = trace_cache.load(trace, cache_dir, want=found[1]["key"]) if found else None
+        if found and loaded is not None:
+            info, frame = loaded
+            nbytes = int(frame.estimated_size())
+            held = hold(nbytes)
+            ref = EventsRef(frame=frame, nbytes=nbytes) if held else EventsRef(path=str(found[0]))
+            return digest(info, frame, ref)
     want = trace_cache.key(trace) if store else None
     info, frame = kineto.read_trace(trace)
-    entry = (
-        trace_cache.store(trace, info, frame, Path(cache_dir) if cache_dir else None, want)
-        if store
-        else None
-    )
-    ref = EventsRef(path=str(entry)) if entry is not None else write(frame, _spill_name(folder))
+    nbytes = int(frame.estimated_size())
+    if hold(nbytes):
+        if store and writer is not None:  # held, and the entry written in the background
+            writer.submit(trace_cache.store, trace, info, frame, cache_dir, want)
+        elif store:
+            trace_cache.store(trace, info, frame, cache_dir, want)
+        return digest(info, frame, EventsRef(frame=frame, nbytes=nbytes))
+    entry = trace_cache.store(trace, info, frame, cache_dir, want) if store else None
+    ref = EventsRef(path=str(entry)) if entry is not None else write(frame, place())
     return digest(info, frame, ref)
+
+
+def scan_file(
+    path: str,
+    folder: str,
+    cache_dir: str | None = None,
+    use_cache: bool = False,
+    store: bool = False,
+) -> RankScan:
+    """The engine task: read PATH (from its cache entry when ``use_cache`` finds one) and leave
+    its events in that entry, in the one written for it (``store``) or in a new file in FOLDER
+    (a scratch folder the driver shares): nothing of them comes back but the slim rows."""
+    pin_mmap_threshold()
+    where = Path(cache_dir) if cache_dir else None
+    return _scan(Path(path), lambda: _spill_name(folder), _never, where, use_cache, store)
+
+
+def _never(nbytes: int) -> bool:
+    return False
 
 
 def _spill_name(folder: str) -> str:
     import uuid
 
     return str(Path(folder) / f"events-{uuid.uuid4().hex}.parquet")
-
-
-def _scan_here(
-    trace: Path, spill: Spill, cache_dir: Path | None, store: bool, writer: Executor | None
-) -> RankScan:
-    """Read TRACE in this process: its events held within the budget, else spilled (or, when
-    ``store``, kept in the cache entry written for it)."""
-    want = trace_cache.key(trace) if store else None
-    info, frame = kineto.read_trace(trace)
-    nbytes = int(frame.estimated_size())
-    if spill.hold(nbytes):
-        if store:  # held, and the entry written in the background
-            if writer is not None:
-                writer.submit(trace_cache.store, trace, info, frame, cache_dir, want)
-            else:
-                trace_cache.store(trace, info, frame, cache_dir, want)
-        return digest(info, frame, EventsRef(frame=frame, nbytes=nbytes))
-    entry = trace_cache.store(trace, info, frame, cache_dir, want) if store else None
-    ref = EventsRef(path=str(entry)) if entry is not None else write(frame, spill.name("events"))
-    return digest(info, frame, ref)
-
-
-def _hit(trace: Path, spill: Spill, cache_dir: Path | None) -> RankScan | None:
-    """TRACE's matching cache entry (beside it, at source, or in the cache folder), if any: its
-    events held within the budget, else read again from the entry when needed."""
-    found = trace_cache.lookup(trace, cache_dir)
-    loaded = trace_cache.load(trace, cache_dir) if found is not None else None
-    if found is None or loaded is None:
-        return None
-    info, frame = loaded
-    nbytes = int(frame.estimated_size())
-    ref = (
-        EventsRef(frame=frame, nbytes=nbytes)
-        if spill.hold(nbytes)
-        else EventsRef(path=str(found[0]))
-    )
-    return digest(info, frame, ref)
 
 
 def scan_traces(
@@ -151,27 +151,28 @@ def scan_traces(
     if not paths:
         raise TracekitError("no trace files to read")
     found: dict[Path, RankScan] = {}
-    if cache is not False:
-        for p in paths:
-            hit = _hit(p, spill, cache_dir)
-            if hit is not None:
-                found[p] = hit
-    todo = [p for p in paths if p not in found]
-    store = cache is True
+    todo = list(paths)
+    store, use_cache = cache is True, cache is not False
     n = min(workers if workers is not None else _default_workers(todo), len(todo))
     if todo and executor is None and n > 1 and _spawn_can_start():
         from tracekit.engines import open_executor
 
         with open_executor("processes", n) as (pool, _):
-            found.update(zip(todo, _remote(pool, todo, spill, cache_dir, store)))
+            found.update(zip(todo, _remote(pool, todo, spill, cache_dir, use_cache, store)))
         todo = []
     if todo and executor is not None:
-        found.update(zip(todo, _remote(executor, todo, spill, cache_dir, store)))
+        found.update(zip(todo, _remote(executor, todo, spill, cache_dir, use_cache, store)))
     elif todo:
         pin_mmap_threshold()
         threads = max(1, min(len(todo), _idle_cpus()))
         with ThreadPoolExecutor(threads, thread_name_prefix="tracekit-parse") as pool:
-            read = pool.map(lambda p: _scan_here(p, spill, cache_dir, store, cache_writer), todo)
+            read = pool.map(
+                lambda p: _scan(
+                    p, lambda: spill.name("events"), spill.hold, cache_dir, use_cache, store,
+                    cache_writer,
+                ),
+                todo,
+            )  # fmt: skip
             found.update(zip(todo, read))
     scans = [found[p] for p in paths]
     _check_ranks([s.info for s in scans])
@@ -181,7 +182,12 @@ def scan_traces(
 
 
 def _remote(
-    executor: Executor, paths: list[Path], spill: Spill, cache_dir: Path | None, store: bool
+    executor: Executor,
+    paths: list[Path],
+    spill: Spill,
+    cache_dir: Path | None,
+    use_cache: bool,
+    store: bool,
 ) -> list[RankScan]:
     n = len(paths)
     folder = str(spill.folder)
@@ -191,6 +197,7 @@ def _remote(
             [str(p) for p in paths],
             [folder] * n,
             [str(cache_dir) if cache_dir else None] * n,
+            [use_cache] * n,
             [store] * n,
         )
     )
