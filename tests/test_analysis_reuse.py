@@ -21,7 +21,7 @@ def result():  # noqa: ANN201 - an Analysis
 
 
 def inodes(out: Path) -> dict[str, int]:
-    return {p.name: p.stat().st_ino for p in out.glob("*.parquet")}
+    return {str(p.relative_to(out)): p.stat().st_ino for p in out.rglob("*.parquet")}
 
 
 def test_an_unchanged_analysis_links_its_tables(result, tmp_path: Path) -> None:  # noqa: ANN001
@@ -32,8 +32,11 @@ def test_an_unchanged_analysis_links_its_tables(result, tmp_path: Path) -> None:
     assert (out / "summary.json").read_bytes() == summary
     for name, frame in result.tables().items():
         assert pl.read_parquet(out / f"{name}.parquet").equals(frame)
+    for rank, plan in result.rank_tables()["events"].items():
+        assert pl.read_parquet(out / "events" / f"rank{rank}.parquet").equals(plan.collect())
     marker = json.loads((out / MARKER).read_text())
-    assert sorted(marker["files"]) == sorted(p.name for p in out.iterdir() if p.name != MARKER)
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert sorted(marker["files"]) == sorted(written - {MARKER})
 
 
 def test_a_touched_file_or_other_writer_is_written_again(result, tmp_path: Path) -> None:  # noqa: ANN001
@@ -44,7 +47,7 @@ def test_a_touched_file_or_other_writer_is_written_again(result, tmp_path: Path)
     write_analysis(result, out)
     second = inodes(out)
     assert second["ranks.parquet"] != first["ranks.parquet"]
-    assert second["events.parquet"] == first["events.parquet"]
+    assert second["events/rank0.parquet"] == first["events/rank0.parquet"]
     marker = json.loads((out / MARKER).read_text())
     marker["writer"] = "another polars"
     (out / MARKER).write_text(json.dumps(marker))

@@ -82,28 +82,29 @@ class Cluster:
     env: dict[str, str]
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
-    def start(self, name: str, *args: str) -> subprocess.Popen:
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """``dask scheduler`` (NAME "scheduler") or ``dask worker`` with ARGS, in a process group
-        of its own, logging to FOLDER/NAME.log."""
+        of its own, logging to FOLDER/NAME.log (ENV: its environment, default the cluster's)."""
         module = "dask_scheduler" if name == "scheduler" else "dask_worker"
         with open(self.folder / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", f"distributed.cli.{module}", *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env=env or self.env,
                 cwd=self.folder,
                 start_new_session=True,  # its own group: the nanny's worker dies with it
             )
         self.procs[name] = proc
         return proc
 
-    def start_worker(self, name: str) -> subprocess.Popen:
+    def start_worker(self, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         return self.start(
             name,
             *("--scheduler-file", str(self.folder / "scheduler.json")),
             *("--host", "127.0.0.1", "--nthreads", "1", "--no-dashboard", "--name", name),
             *("--local-directory", str(self.folder / name), "--death-timeout", "60"),
+            env=env,
         )
 
     def worker_address(self, name: str) -> str:
@@ -210,11 +211,19 @@ def test_per_rank_tasks_on_dask_equal_the_in_process_parse(cluster, job):
 @needs_dask
 def test_analyze_on_dask_writes_the_in_process_summary(cluster, job, in_process, tmp_path):
     out = tmp_path / "out"
-    done = run_cli(
-        "analyze", str(job[0].parent), "--no-cache", "--scheduler", cluster.address,
-        "--out", str(out), timeout=BOUND_S,
-    )  # fmt: skip
+    with distributed.get_task_stream(client=cluster.client) as stream:
+        done = run_cli(
+            "analyze", str(job[0].parent), "--no-cache", "--scheduler", cluster.address,
+            "--out", str(out), timeout=BOUND_S,
+        )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # the scheduler's record: both per-rank steps ran on the workers, one task per rank each
+    # (the read, scan_file; the timeline step, map_ranks), on both workers
+    workers = {cluster.worker_address("w1"), cluster.worker_address("w2")}
+    for step in ("scan_file-", "map_ranks-"):
+        ran = [t for t in stream.data if str(t["key"]).startswith(step)]
+        assert len(ran) == RANKS, (step, len(ran))
+        assert {t["worker"] for t in ran} == workers and all(t["status"] == "OK" for t in ran)
     written = (out / "summary.json").read_bytes()
     summary, engine = _without_engine(written)
     assert engine == {"kind": "dask", "address": cluster.address, "workers": 2}
@@ -252,7 +261,7 @@ def test_a_worker_killed_mid_analysis_never_hangs(cluster, job, in_process, tmp_
     try:
         deadline = time.monotonic() + BOUND_S
         while not any(
-            str(k).startswith("parse_rank-")
+            str(k).startswith(("scan_file-", "map_ranks-"))
             for k in cluster.client.processing(workers=[victim_addr]).get(victim_addr, ())
         ):
             assert proc.poll() is None, (
@@ -275,6 +284,34 @@ def test_a_worker_killed_mid_analysis_never_hangs(cluster, job, in_process, tmp_
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("tracekit: "), (
             stderr
         )
+
+
+@needs_dask
+def test_a_worker_with_another_tracekit_is_one_line_before_any_task(cluster, job, tmp_path):
+    """Tasks travel by reference: a worker importing another tracekit would run other code. A
+    real worker whose tracekit says another version is named in one line, and nothing runs."""
+    fake = tmp_path / "site" / "tracekit"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "0.0.1"\n')
+    env = dict(cluster.env, PYTHONPATH=str(fake.parent))
+    cluster.start_worker("old", env=env)
+    cluster.client.wait_for_workers(3, timeout=START_S)
+    try:
+        out = tmp_path / "out"
+        done = run_cli(
+            "analyze", str(job[0].parent), "--no-cache", "--scheduler", cluster.address,
+            "--out", str(out), timeout=BOUND_S,
+        )  # fmt: skip
+    finally:
+        cluster.stop("old")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "tracekit 0.0.1" in lines[0] and "same version on every worker" in lines[0]
+    assert not out.exists()
+    deadline = time.monotonic() + START_S  # the scheduler forgets it before the next test
+    while len(cluster.client.scheduler_info(n_workers=-1)["workers"]) > 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 # --- no cluster needed --------------------------------------------------------------------------

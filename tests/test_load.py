@@ -22,6 +22,7 @@ from tracekit.ingest.load import load, load_rank, locate, read_selected
 from tracekit.ingest.nccl_log import rank_layout, read_nccl_logs, ring_order
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.ingest.selection import select
+from tracekit.ingest.spill import Spill
 from tracekit.ingest.topology import node_of_ranks
 
 GPU = ROOT / "tests" / "data" / "gpu"
@@ -86,9 +87,9 @@ def test_a_rank_is_read_on_its_own_and_the_job_assembles_the_same(tmp_path: Path
 
     whole = load(run)
     selection = select(list(source.traces))
-    infos, events = read_selected(source, selection, None)
+    scans = read_selected(source, selection, None, Spill())
     pieces = [load_rank(source, r) for r in (1, 0)]  # any order
-    job = assemble_job(source, selection, infos, events, pieces)
+    job = assemble_job(source, selection, scans, pieces)
     assert job.memory == whole.memory
     assert [r.path for r in job.flight_records] == [r.path for r in whole.flight_records]
     assert [r.rank for r in job.flight_records] == [0, 1]

@@ -97,8 +97,12 @@ def test_out_replaces_a_previous_analysis_only(runs: Path, tmp_path: Path):
     again = run_cli("analyze", str(runs / "dp-B"), "--out", str(out))
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "summary.json").read_text())["source"].endswith("dp-B")
-    # an analysis written before the marker existed (summary.json + tables) is replaced too
+    # an analysis written before the marker existed (summary.json + tables, no per-rank
+    # folders then) is replaced too
     (out / ".tracekit-analysis").unlink()
+    for table in ("events", "timeline"):
+        shutil.rmtree(out / table)
+        shutil.copy(out / "ranks.parquet", out / f"{table}.parquet")
     legacy = run_cli("analyze", str(runs / "dp-A"), "--out", str(out))
     assert legacy.returncode == 0, legacy.stderr
     # ... but not once something else lives in it

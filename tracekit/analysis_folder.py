@@ -1,14 +1,16 @@
 """The analysis folder: where `tracekit analyze` writes, and how, all or nothing.
 
-``write_analysis(result, out)`` writes summary.json and one parquet file per table into a
-temporary folder beside ``out`` and renames it into place, so a reader never sees a
-half-written analysis; it replaces only an empty folder or an earlier analysis (``check_out``).
+``write_analysis(result, out)`` writes summary.json, one parquet file per table, and the
+per-rank tables (``events/``, ``timeline/``: one ``rank<R>.parquet`` each, written one rank at
+a time, so writing never holds every rank's events) into a temporary folder beside ``out`` and
+renames it into place, so a reader never sees a half-written analysis; it replaces only an
+empty folder or an earlier analysis (``check_out``).
 
 Analysing an unchanged job again into its folder rewrites nothing it need not: the marker
-records each table's content hash (:func:`_content_hash`: values, order and schema) and its
-file's size and mtime, and a table whose hash, file and writer are as recorded is hard-linked
-from the earlier analysis instead of encoded again (the events table: 0.2 s of a 0.9 s warm
-analysis of 8 x 30 MB ranks).
+records each file's table content hash (:func:`_content_hash`: values, order and schema) and
+the file's size and mtime, and a table whose hash, file and writer are as recorded is
+hard-linked from the earlier analysis instead of encoded again (the events table was 0.2 s of
+a 0.9 s warm analysis of 8 x 30 MB ranks).
 """
 
 from __future__ import annotations
@@ -48,6 +50,29 @@ def _refuse(out: Path, problem: str) -> TracekitError:
     return TracekitError(f"{problem}; choose another place with --out", out)
 
 
+def _all_listed(folder: Path, names: set[str], listed: set[str]) -> bool:
+    """Every entry of FOLDER is a regular file listed in the marker, or a folder (a per-rank
+    table) of regular files that are all listed as ``<folder>/<file>``."""
+    for name in names:
+        entry = folder / name
+        if entry.is_symlink():
+            return False
+        if entry.is_file() and name in listed:
+            continue
+        if not entry.is_dir() or not any(f.startswith(f"{name}/") for f in listed):
+            return False
+        try:
+            inner = os.listdir(entry)
+        except OSError:
+            return False
+        if not all(
+            f"{name}/{n}" in listed and (entry / n).is_file() and not (entry / n).is_symlink()
+            for n in inner
+        ):
+            return False
+    return True
+
+
 def is_analysis(folder: Path) -> bool:
     """FOLDER holds an analysis and nothing else: every entry is listed in its marker; or (an
     analysis written before the marker existed) summary.json and *.parquet files only, with
@@ -62,9 +87,7 @@ def is_analysis(folder: Path) -> bool:
             listed = set(json.loads((folder / MARKER).read_text())["files"])
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        return names - {MARKER} <= listed and all(
-            (folder / n).is_file() and not (folder / n).is_symlink() for n in names
-        )
+        return _all_listed(folder, names - {MARKER}, listed) and (folder / MARKER).is_file()
     if "summary.json" not in names:
         return False
     for name in names:
@@ -128,8 +151,8 @@ def _content_hash(frame: pl.DataFrame) -> str | None:
     return f"{frame.height}:{rows}:{frame.schema!r}"
 
 
-def _earlier_tables(out: Path) -> dict[str, dict]:
-    """The tables OUT's marker records (hash, size, mtime_ns), when the same writer made them."""
+def _earlier_files(out: Path) -> dict[str, dict]:
+    """The files OUT's marker records (hash, size, mtime_ns), when the same writer made them."""
     try:
         marker = json.loads((out / MARKER).read_text())
     except (OSError, ValueError):
@@ -140,7 +163,7 @@ def _earlier_tables(out: Path) -> dict[str, dict]:
     return tables if isinstance(tables, dict) else {}
 
 
-def _reuse(earlier: dict | None, digest: str | None, old: Path, new: Path) -> bool:
+def _reuse(earlier: object, digest: str | None, old: Path, new: Path) -> bool:
     """Hard-link OLD to NEW when it holds the table with DIGEST, untouched since it was written."""
     if digest is None or not isinstance(earlier, dict) or earlier.get("hash") != digest:
         return False
@@ -152,6 +175,32 @@ def _reuse(earlier: dict | None, digest: str | None, old: Path, new: Path) -> bo
     except OSError:
         return False
     return True
+
+
+class _TableWriter:
+    """Writes tables as parquet into a new analysis folder, or links them from OUT's earlier
+    analysis when unchanged (:func:`_reuse`); keeps what the marker records."""
+
+    def __init__(self, tmp: Path, out: Path) -> None:
+        self.tmp, self.out = tmp, out
+        self.earlier = _earlier_files(out) if out.is_dir() else {}
+        self.files = ["summary.json"]
+        self.tables: dict[str, dict] = {}
+
+    def write(self, name: str, frame: pl.DataFrame) -> None:
+        """FRAME as NAME (``ranks.parquet``, ``events/rank0.parquet``) in the new folder."""
+        dest, digest = self.tmp / name, _content_hash(frame)
+        if not _reuse(self.earlier.get(name), digest, self.out / name, dest):
+            # zstd level 1 without statistics: the events table is most of the writing
+            # time (0.47 -> 0.38 CPU-s for 650k rows), for files 10 % larger
+            frame.write_parquet(dest, compression_level=1, statistics=False)
+        st = dest.stat()
+        self.tables[name] = {"hash": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        self.files.append(name)
+
+    def marker(self) -> str:
+        marker = {"producer": "tracekit", "files": self.files}
+        return json.dumps(marker | {"writer": _writer(), "tables": self.tables}) + "\n"
 
 
 def write_analysis(result: Analysis, out: Path) -> Path:
@@ -170,20 +219,14 @@ def write_analysis(result: Analysis, out: Path) -> Path:
         raise _write_failed(out, exc) from None
     try:
         (tmp / "summary.json").write_text(encode(result.typed_summary))
-        files = ["summary.json"]
-        earlier = _earlier_tables(out) if out.is_dir() else {}
-        tables = {}
+        tables = _TableWriter(tmp, out)
         for name, frame in result.tables().items():
-            dest, digest = tmp / f"{name}.parquet", _content_hash(frame)
-            if not _reuse(earlier.get(name), digest, out / dest.name, dest):
-                # zstd level 1 without statistics: the events table is most of the writing
-                # time (0.47 -> 0.38 CPU-s for 650k rows), for files 10 % larger
-                frame.write_parquet(dest, compression_level=1, statistics=False)
-            st = dest.stat()
-            tables[name] = {"hash": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-            files.append(dest.name)
-        marker = {"producer": "tracekit", "files": files, "writer": _writer(), "tables": tables}
-        (tmp / MARKER).write_text(json.dumps(marker) + "\n")
+            tables.write(f"{name}.parquet", frame)
+        for name, per_rank in result.rank_tables().items():
+            (tmp / name).mkdir()
+            for rank, plan in per_rank.items():  # one rank in memory at a time
+                tables.write(f"{name}/rank{rank}.parquet", plan.collect())
+        (tmp / MARKER).write_text(tables.marker())
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)

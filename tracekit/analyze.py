@@ -1,18 +1,24 @@
 """One call from a path to the summary and the polars frames, in four steps:
 
-    job = load(path)             tracekit.ingest.load: the only reader of the run folder
+    job = load(path)             tracekit.ingest.load: the only reader of the run folder; the
+                                 per-rank read runs on the engine (tracekit.engines)
     inp = prepare(job)           tracekit.analyses.prepare: the timeline step (process groups,
-                                 collectives, clock alignment, windows, segments)
+                                 collectives, clock alignment; then per rank, on the engine,
+                                 windows, segments and what the sections need of them)
     results = run_sections(inp)  tracekit.analyses.registry: every section of summary.json
     assemble(inp, results)       the summary dict, and the Analysis that holds it
 
-tracekit.analysis_folder writes an Analysis to disk.
+tracekit.analysis_folder writes an Analysis to disk. The driver holds the slim events and
+the per-rank results; every rank's events and merged timeline wait where the map left them
+(tracekit.ingest.spill) and are read when asked for (``Analysis.events``, ``.timeline``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,13 +28,19 @@ from typing import Any, cast
 import msgspec
 import polars as pl
 
-from tracekit import runfolder, timeline
-from tracekit.analyses.prepare import prepare
+from tracekit import clock, engines, runfolder
+from tracekit.analyses.prepare import MapFn, prepare
+from tracekit.analyses.rank_map import RankResult, RankTask
 from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.ingest.cache_paths import folder as cache_folder
 from tracekit.ingest.job import Job
 from tracekit.ingest.kineto_info import TraceInfo
 from tracekit.ingest.load import load
+from tracekit.ingest.spill import EventsRef, Spill
 from tracekit.summary import Summary, to_struct
+
+#: the merged timeline's columns (tracekit.timeline.merge_states)
+TIMELINE_SCHEMA = {"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "state": pl.Utf8}
 
 #: summary.json's first sections, in the order schema 1 has always written them; the other
 #: sections follow in the registry's order
@@ -41,16 +53,58 @@ class Analysis:
 
     path: Path
     summary: dict[str, Any]
-    events: pl.DataFrame
     ranks: pl.DataFrame  # one row per rank: the breakdown
-    timeline: pl.DataFrame  # merged state segments: rank, start_ns, end_ns, state
     collectives: pl.DataFrame  # one row per collective call per rank
+    # rank -> where its events / merged timeline wait (tracekit.ingest.spill), in rank order
+    events_at: dict[int, EventsRef] = field(default_factory=dict)
+    timeline_at: dict[int, EventsRef] = field(default_factory=dict)
+    shifts: dict[int, int] = field(default_factory=dict)  # rank -> clock offset (tracekit.clock)
     infos: list[TraceInfo] = field(default_factory=list)
     run: dict[str, Any] | None = None  # run.json as written
     frames: dict[str, pl.DataFrame] = field(
         default_factory=dict
     )  # from the sections: pipeline_ops, ...
     job: Job | None = None  # what was loaded (tracekit.ingest.load)
+
+    def rank_events(self, rank: int) -> pl.LazyFrame:
+        """One rank's events, clocks aligned, as a lazy plan over where they wait."""
+        plan = self.events_at[rank].lazy()
+        shift = self.shifts.get(rank, 0)
+        if shift:  # tracekit.clock.align's shift of this rank
+            plan = plan.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
+        return plan
+
+    def rank_tables(self) -> dict[str, dict[int, pl.LazyFrame]]:
+        """The per-rank tables (written as <name>/rank<R>.parquet): every rank's events and
+        merged timeline, each a lazy plan over where it waits."""
+        return {
+            "events": {r: self.rank_events(r) for r in self.events_at},
+            "timeline": {r: ref.lazy() for r, ref in self.timeline_at.items()},
+        }
+
+    @cached_property
+    def events(self) -> pl.DataFrame:
+        """Every event of the ranks analysed, clocks aligned: read back when first asked for
+        (the report's top events, Perfetto export, predict), as big as the traces."""
+        plans = list(self.rank_tables()["events"].values())
+        if not plans:
+            from tracekit.events import empty_events
+
+            return empty_events()
+        return pl.concat(plans, how="vertical").collect()
+
+    @cached_property
+    def timeline(self) -> pl.DataFrame:
+        """Merged state segments of every rank: rank, start_ns, end_ns, state."""
+        plans = list(self.rank_tables()["timeline"].values())
+        if not plans:
+            return pl.DataFrame(schema=TIMELINE_SCHEMA)
+        return pl.concat(plans, how="vertical").collect()
+
+    def rank_timeline(self, rank: int) -> pl.DataFrame:
+        """One rank's merged timeline, read alone (zooming into a rank reads only its own)."""
+        ref = self.timeline_at.get(rank)
+        return ref.read() if ref is not None else pl.DataFrame(schema=TIMELINE_SCHEMA)
 
     @cached_property
     def typed_summary(self) -> Summary:
@@ -59,13 +113,8 @@ class Analysis:
         return to_struct(self.summary)
 
     def tables(self) -> dict[str, pl.DataFrame]:
-        return {
-            "ranks": self.ranks,
-            "timeline": self.timeline,
-            "collectives": self.collectives,
-            "events": self.events,
-            **self.frames,
-        }
+        """The frames written beside summary.json (the per-rank ones: :meth:`rank_tables`)."""
+        return {"ranks": self.ranks, "collectives": self.collectives, **self.frames}
 
 
 def analyze(
@@ -95,9 +144,8 @@ def analyze(
     "threads", "processes" or a Dask scheduler address (tracekit.engines); the summary then
     records it under ``engine``. None: tracekit chooses, and the summary has no ``engine``.
     """
-    from tracekit import engines
-
     scheduler = engines.resolve(scheduler)
+    spill = Spill(_spill_root(scheduler, cache_dir))
     # cache entries are written while the analysis runs, and are all on disk when it returns
     with (
         ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer,
@@ -113,12 +161,48 @@ def analyze(
             cache_dir=cache_dir,
             cache_writer=cache_writer,
             executor=engine[0] if engine else None,
+            spill=spill,
         )
-        inp = prepare(job, align_clocks)
+        inp = prepare(job, align_clocks, _map_on(engine[0] if engine else None, workers))
         result = assemble(inp, run_sections(inp))
     if engine:
         result.summary["engine"] = msgspec.to_builtins(engine[1])
     return result
+
+
+def _spill_root(scheduler: str | None, cache_dir: Path | None) -> Path:
+    """Where per-rank results wait (tracekit.ingest.spill): ``$TRACEKIT_SPILL_DIR``; else, on a
+    Dask cluster, the cache folder (workers must share it with the driver: a home or project
+    folder usually is); else this machine's temporary folder."""
+    chosen = os.environ.get("TRACEKIT_SPILL_DIR", "").strip()
+    if chosen:
+        return Path(chosen)
+    if scheduler and scheduler not in engines.LOCAL_ENGINES:
+        return cache_folder(cache_dir)
+    return Path(tempfile.gettempdir())
+
+
+def _map_on(executor: Executor | None, workers: int | None) -> MapFn:
+    """The per-rank map: the batch held in memory here (its events are here), the ranks whose
+    events wait in files on EXECUTOR (default: threads of this process), meanwhile."""
+
+    def run(fn: Callable[[RankTask], RankResult], tasks: Iterable[RankTask]) -> list[RankResult]:
+        tasks = list(tasks)
+        here = [t for t in tasks if t.folder is None]
+        away = [t for t in tasks if t.folder is not None]
+        if not away:
+            return [fn(t) for t in here]
+        with (
+            nullcontext(executor)
+            if executor is not None
+            else ThreadPoolExecutor(
+                max(1, workers or engines.usable_cpus()), thread_name_prefix="tracekit-rank"
+            ) as pool
+        ):
+            pending = pool.map(fn, away)
+            return [fn(t) for t in here] + list(pending)
+
+    return run
 
 
 def run_sections(inp: SectionInput) -> dict[str, SectionResult]:
@@ -161,10 +245,11 @@ def assemble(inp: SectionInput, results: Mapping[str, SectionResult]) -> Analysi
     return Analysis(
         path=job.path,
         summary=summary,
-        events=inp.events,
         ranks=frames.pop("ranks"),
-        timeline=timeline.merge_states(inp.segments),
         collectives=inp.collectives,
+        events_at={i.rank: job.rank_events[i.rank] for i in inp.infos},
+        timeline_at=dict(inp.per_rank.timelines),
+        shifts=clock.applied_offsets(inp.clock),
         infos=inp.infos,
         run=None if job.run is None else job.run.raw,
         frames=frames,

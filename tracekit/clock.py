@@ -179,3 +179,10 @@ def align(
         sources = _shift_records(sources, offsets)
     est["applied"] = True
     return events, sources, est, warnings
+
+
+def applied_offsets(summary: dict[str, Any] | None) -> dict[int, int]:
+    """rank -> the offset (ns) :func:`align` subtracted from its times; empty when it moved none."""
+    if not summary or not summary.get("applied"):
+        return {}
+    return {int(r): int(v) for r, v in summary.get("offsets_ns", {}).items() if v}

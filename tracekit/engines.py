@@ -49,7 +49,8 @@ def resolve(scheduler: str | None) -> str | None:
     return chosen or None
 
 
-def _cpus() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -68,7 +69,7 @@ def open_executor(
     """
     chosen = resolve(scheduler) or "threads"
     if chosen in LOCAL_ENGINES:
-        n = max(1, workers or _cpus())
+        n = max(1, workers or usable_cpus())
         info = Engine(chosen, None, n)
         pool: Executor = (
             ThreadPoolExecutor(n, thread_name_prefix="tracekit-rank")
@@ -82,6 +83,7 @@ def open_executor(
     with _dask_logs_muted():
         client = _connect(chosen, connect_timeout)
         try:
+            _check_versions(client, chosen)
             info = Engine("dask", chosen, len(client.nthreads()))
             with _one_line(info):
                 # pure=False: a task reads a file that may change, so no result is shared by key
@@ -89,6 +91,27 @@ def open_executor(
         finally:
             with suppress(Exception):  # a scheduler that is gone: nothing to disconnect from
                 client.close(timeout=connect_timeout)
+
+
+def _check_versions(client: Any, address: str) -> None:
+    """Every worker runs the driver's tracekit (tasks are sent by reference: another version's
+    functions would fail with a traceback of theirs), else a one-line TracekitError."""
+    from tracekit._version import __version__
+
+    try:  # a lambda travels by value: it runs even where tracekit is not installed
+        seen = client.run(lambda: getattr(__import__("tracekit"), "__version__", None))
+    except ImportError:
+        seen = {"a worker": None}
+    except Exception:  # noqa: BLE001 - a worker that cannot answer: let the tasks tell
+        return
+    other = {w: v for w, v in seen.items() if v != __version__}
+    if other:
+        worker, version = sorted(other.items(), key=str)[0]
+        has = f"tracekit {version}" if version else "no tracekit"
+        raise TracekitError(
+            f"workers of the Dask cluster at {address} do not run this tracekit ({worker} has "
+            f"{has}, this one {__version__}): install the same version on every worker"
+        )
 
 
 @contextmanager

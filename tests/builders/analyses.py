@@ -18,6 +18,7 @@ import polars as pl
 from tracekit.analyze import Analysis
 from tracekit.events import EVENT_SCHEMA
 from tracekit.figures.style import STATES
+from tracekit.ingest.spill import EventsRef
 
 from .summary import complete
 from .traces import XSS
@@ -384,9 +385,9 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
     return Analysis(
         path=Path(name),
         summary=complete(summary),  # the keys no figure draws: null, 0 or empty
-        events=event_frame(events),
+        events_at=by_rank(event_frame(events)),
         ranks=pl.DataFrame(ranks),
-        timeline=tl,
+        timeline_at=by_rank(tl),
         collectives=pl.DataFrame(),
         frames={
             "pipeline_ops": ops_df,
@@ -473,8 +474,16 @@ def big_analysis(ranks: int = 64, n: int = 1_000_000) -> Analysis:
     return Analysis(
         path=Path(f"synthetic-{ranks}x{n}"),
         summary=complete(summary),
-        events=ev,
+        events_at=by_rank(ev),
         ranks=pl.DataFrame(summary["ranks"]),
-        timeline=tl,
+        timeline_at=by_rank(tl),
         collectives=pl.DataFrame(),
     )
+
+
+def by_rank(frame: pl.DataFrame) -> dict[int, EventsRef]:
+    """FRAME's rows of each rank, held in memory, as an Analysis keeps them (tracekit.ingest.spill)."""
+    if frame.height == 0:
+        return {}
+    parts = frame.partition_by("rank", as_dict=True, maintain_order=True)
+    return {int(r): EventsRef(frame=part) for (r,), part in sorted(parts.items())}

@@ -105,6 +105,6 @@ def _finite(x: Any) -> Any:
 def ranks_section(inp: SectionInput) -> SectionResult:
     """summary.json ``ranks``: the breakdown's rows (a value that is not finite is null), and
     the frame ``ranks``."""
-    table = rank_breakdown(inp.segments, inp.windows, inp.markers, inp.nodes)
+    table = inp.per_rank.breakdown  # rank_breakdown, computed per rank by the map
     rows = [{k: _finite(v) for k, v in row.items()} for row in table.to_dicts()]
     return SectionResult(rows, {"ranks": table})

@@ -395,9 +395,7 @@ def overlap_summary(frame: pl.DataFrame, n_ranks: int, steps: int) -> dict[str, 
 
 def overlap(inp: SectionInput) -> SectionResult:
     """The ``overlap`` section: its summary value, frame ``overlap_units`` and warnings."""
-    frame = overlap_units(
-        inp.events, inp.collectives, inp.segments, {i.rank for i in inp.infos if i.has_gpu}
-    )
+    frame = inp.per_rank.overlap_units  # overlap_units, computed per rank by the map
     if frame.height == 0:
         return SectionResult()
     warnings = []

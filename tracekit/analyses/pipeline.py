@@ -23,7 +23,7 @@ from typing import cast
 import polars as pl
 
 from tracekit.analyses.pipeline_bubble import BUBBLES_SCHEMA, span_busy, step_bubbles, step_windows
-from tracekit.analyses.pipeline_ops import OPS_SCHEMA, pipeline_ops
+from tracekit.analyses.pipeline_ops import OPS_SCHEMA, ops_source
 from tracekit.analyses.pipeline_schedule import (
     REPLAY_SCHEMA,
     microbatches,
@@ -44,9 +44,11 @@ SOURCES: dict[str | None, str] = {  # keyed by pipeline_ops' source (None: no op
 
 def pipeline(inp: SectionInput) -> SectionResult:
     """The ``pipeline`` section of summary.json, its frames and warnings (None: no pipeline)."""
-    ops, pieces, source = pipeline_ops(inp.events, inp.markers)
+    # pipeline_ops, computed per rank by the map
+    ops, pieces = inp.per_rank.pipeline_ops, inp.per_rank.pipeline_pieces
     if ops.height == 0:
         return SectionResult()
+    source = ops_source(ops)
     warnings: list[str] = []
     run = inp.run
     schedule = schedule_of(run, ops, source)
@@ -93,7 +95,9 @@ def pipeline(inp: SectionInput) -> SectionResult:
         replay_value, replay_frame = None, pl.DataFrame(schema=REPLAY_SCHEMA)
         warnings.append(f"pipeline: the traces hold stages {stages} of {p}: no replay")
 
-    recv, recv_method = recv_split(inp.events, stage_of_rank, inp.collectives)
+    recv, recv_method = recv_split(
+        inp.events, stage_of_rank, inp.collectives, inp.per_rank.blocking
+    )
     memory = inp.job.memory if run is not None else {}
     per_stage = stage_rows(ops, stage_of_rank, per, span, busy, recv, memory)
 

@@ -314,5 +314,9 @@ def pipeline_ops(
         )
     ops = pl.DataFrame(rows, schema={**raw.schema, "busy_ns": pl.Int64})
     ops = _assign_steps(ops, markers)
-    source = ops["source"].mode().sort()[0] if ops.height else None
-    return ops, {r: sorted(v) for r, v in pieces_by_rank.items()}, source
+    return ops, {r: sorted(v) for r, v in pieces_by_rank.items()}, ops_source(ops)
+
+
+def ops_source(ops: pl.DataFrame) -> str | None:
+    """Which naming the ops mostly follow (the most frequent ``source``; ties: the first name)."""
+    return ops["source"].mode().sort()[0] if ops.height else None

@@ -11,13 +11,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any, cast
 
 import polars as pl
 
 from tracekit import labels
-from tracekit.analyses.pipeline_ops import blocking_comm
 from tracekit.ingest.run_record import MemoryCounts
 
 NS = 1e-9
@@ -78,9 +77,13 @@ def inflight_and_versions(ops: pl.DataFrame) -> tuple[int, int | None]:
 
 
 def recv_split(
-    events: pl.DataFrame, stage_of_rank: dict[int, int], collectives: pl.DataFrame
+    events: pl.DataFrame,
+    stage_of_rank: dict[int, int],
+    collectives: pl.DataFrame,
+    blocking: Set[tuple[int, int]],
 ) -> tuple[dict[int, dict[str, float]], str]:
-    """Per rank: seconds blocked in recv split into transfer and waiting for the peer."""
+    """Per rank: seconds blocked in recv split into transfer and waiting for the peer.
+    BLOCKING: (rank, start_ns) of the receives that block (pipeline_ops.blocking_comm)."""
     ann = events.filter(
         (pl.col("device") == "cpu")
         & pl.col("name").str.starts_with("comm:")
@@ -96,7 +99,6 @@ def recv_split(
         # no tracekit labels: the gloo/nccl p2p spans, matched in order; only receives that
         # block (no compute inside the span) count as time blocked in recv
         method = "p2p spans in order (blocking receives only)"
-        _, blocking = blocking_comm(events)
         p2p = collectives.filter(
             pl.col("op").is_in(["send", "recv"]) & pl.col("peer").is_not_null()
         )

@@ -3,7 +3,8 @@
 A section is a pure function: it reads the Job (tracekit.ingest.job: what was loaded) and the
 frames of the timeline step (tracekit.analyses.prepare), never a file, and returns its summary
 value, the frames written beside summary.json, and its warnings. tracekit.analyses.registry
-lists them.
+lists them. Sections are the cross-rank reduce: what needs a rank's every event was computed
+per rank by the map (tracekit.analyses.rank_map) and reaches them as :class:`PerRank`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,53 @@ import polars as pl
 from tracekit.ingest.job import Job
 
 if TYPE_CHECKING:
+    from tracekit.analyses.rank_map import RankResult
     from tracekit.ingest.kineto_info import TraceInfo
     from tracekit.ingest.run_record import RunRecord
+    from tracekit.ingest.spill import EventsRef
 
 #: a section's summary.json value: an object, a list of rows (``ranks``), or None (nothing for it)
 SummaryValue = dict[str, Any] | list[dict[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class PerRank:
+    """The map's results (tracekit.analyses.rank_map), every batch's put together in rank order."""
+
+    breakdown: pl.DataFrame
+    """summary.json ``ranks[]`` rows (tracekit.analyses.breakdown.rank_breakdown)."""
+    overlap_units: pl.DataFrame
+    """One row per all-gather / reduce-scatter call per rank (tracekit.analyses.overlap)."""
+    pipeline_ops: pl.DataFrame
+    """Pipeline ops per rank (tracekit.analyses.pipeline_ops)."""
+    pipeline_pieces: dict[int, list[tuple[int, int]]]
+    """rank -> the busy pieces of its pipeline ops, sorted."""
+    blocking: frozenset[tuple[int, int]]
+    """(rank, start_ns) of receives that block (no compute inside their span)."""
+    timelines: dict[int, EventsRef] = field(default_factory=dict)
+    """rank -> where its merged timeline waits (rank, start_ns, end_ns, state)."""
+
+    @classmethod
+    def of(cls, results: list[RankResult]) -> PerRank:
+        """The batches' results put together in rank order (a batch's ranks are in order; which
+        ranks share a batch depends on the memory budget, so the rows are sorted by rank)."""
+        pieces: dict[int, list[tuple[int, int]]] = {}
+        timelines: dict[int, EventsRef] = {}
+        for r in results:
+            pieces.update(r.pipeline_pieces)
+            timelines.update(r.timeline)
+
+        def cat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+            return pl.concat(frames, how="vertical").sort("rank", maintain_order=True).rechunk()
+
+        return cls(
+            breakdown=cat([r.breakdown for r in results]),
+            overlap_units=cat([r.overlap_units for r in results]),
+            pipeline_ops=cat([r.pipeline_ops for r in results]),
+            pipeline_pieces=pieces,
+            blocking=frozenset().union(*(r.blocking for r in results)),
+            timelines=dict(sorted(timelines.items())),
+        )
 
 
 @dataclass(frozen=True)
@@ -33,11 +76,10 @@ class SectionInput:
     infos: list[TraceInfo]
     """The ranks analysed: the Job's, less those without compute or communication events."""
     events: pl.DataFrame
-    """Their events, clocks aligned (tracekit.clock)."""
+    """Their slim events (communication, annotations, step markers: tracekit.ingest.rank_scan),
+    clocks aligned (tracekit.clock). A rank's other events were read by the map only."""
     windows: pl.DataFrame
     """One row per rank: rank, kind, steps, start_ns, end_ns, cutoff_ns (tracekit.timeline)."""
-    segments: pl.DataFrame
-    """Elementary timeline segments with their state (tracekit.timeline.segments)."""
     markers: pl.DataFrame
     """ProfilerStep markers: rank, step, start_ns, end_ns."""
     collectives: pl.DataFrame
@@ -45,6 +87,8 @@ class SectionInput:
     (tracekit.analyses.collectives)."""
     nodes: dict[int, int]
     """rank -> node of the ranks analysed."""
+    per_rank: PerRank
+    """What the per-rank map computed from each rank's every event."""
     clock: dict[str, Any] | None = None
     """summary.json ``clock``: offsets between hosts, and whether they were applied."""
     warnings: tuple[str, ...] = ()

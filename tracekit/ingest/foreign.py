@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
@@ -38,17 +38,19 @@ if TYPE_CHECKING:  # types only: analyses use ranges(), and must not import the 
     from tracekit.ingest.kineto_info import TraceInfo
     from tracekit.ingest.run_record import RunRecord
 
-Parsed = tuple["TraceInfo", pl.DataFrame]
+T = TypeVar("T")
 
 
-def _facts(info: TraceInfo, frame: pl.DataFrame) -> dict[str, Any]:
-    """Time range (ns) of one file's events, and its host."""
+def file_facts(info: TraceInfo, frame: pl.DataFrame) -> dict[str, Any]:
+    """What :func:`select_traces` asks of one file: its events' time range (ns), its host and
+    the process id most of its CPU events carry (per file: computed where the file is read)."""
     lo, hi = (frame["start_ns"].min(), frame["end_ns"].max()) if frame.height else (None, None)
     return {
         "start": lo,
         "end": hi,
         "host": info.host_name,
         "clock": (info.host_name, info.base_ns is not None),
+        "pid": _pid(frame),
     }
 
 
@@ -110,9 +112,7 @@ def _gap_s(a: dict[str, Any], b: dict[str, Any]) -> float:
     return (second["start"] - first["end"]) / 1e9
 
 
-def _one_rank(
-    rank: int, items: list[tuple[TraceInfo, pl.DataFrame, dict]]
-) -> tuple[TraceInfo, pl.DataFrame, dict]:
+def _one_rank(rank: int, items: list[tuple[TraceInfo, T, dict]]) -> tuple[TraceInfo, T, dict]:
     """The trace to use for a rank several files claim: the latest profiling cycle, or an error."""
     items = sorted(items, key=lambda t: (t[2]["start"] is None, t[2]["start"] or 0))
     for i, (a_info, _, a) in enumerate(items):
@@ -123,8 +123,6 @@ def _one_rank(
                     "(their time ranges overlap): keep one of them",
                     b_info.path,
                 )
-    for _, frame, f in items:
-        f["pid"] = _pid(frame)
     processes = {(f["host"], f["pid"]) for _, _, f in items}
     if len(processes) > 1:
         (a_info, _, a), (b_info, _, b) = items[0], items[-1]
@@ -144,11 +142,14 @@ def _one_rank(
     return dataclasses.replace(info, warnings=(*info.warnings, note)), frame, facts
 
 
-def select_traces(parsed: Sequence[Parsed]) -> list[Parsed]:
-    """One trace per rank from one job, or TracekitError (see the module docstring)."""
-    by_rank: dict[int, list[tuple[TraceInfo, pl.DataFrame, dict]]] = {}
-    for info, frame in parsed:
-        by_rank.setdefault(info.rank, []).append((info, frame, _facts(info, frame)))
+def select_traces(
+    parsed: Sequence[tuple[TraceInfo, T]], facts: Sequence[dict[str, Any]]
+) -> list[tuple[TraceInfo, T]]:
+    """One trace per rank from one job, or TracekitError (see the module docstring); FACTS:
+    :func:`file_facts` of each parsed file, in the same order."""
+    by_rank: dict[int, list[tuple[TraceInfo, T, dict]]] = {}
+    for (info, frame), fact in zip(parsed, facts):
+        by_rank.setdefault(info.rank, []).append((info, frame, dict(fact)))
     chosen = [
         items[0] if len(items) == 1 else _one_rank(rank, items) for rank, items in by_rank.items()
     ]
@@ -156,7 +157,7 @@ def select_traces(parsed: Sequence[Parsed]) -> list[Parsed]:
     return [(info, frame) for info, frame, _ in chosen]
 
 
-def _check_one_job(chosen: list[tuple[TraceInfo, pl.DataFrame, dict]]) -> None:
+def _check_one_job(chosen: Sequence[tuple[TraceInfo, Any, dict]]) -> None:
     for field, what in (("world_size", "world size"), ("backend", "backend")):
         seen: dict[Any, TraceInfo] = {}
         for info, _, _ in chosen:
@@ -202,10 +203,31 @@ def _files_line(what: str, infos: list[TraceInfo], total: int, consequence: str)
     return f"no {what} in {where}: {consequence}"
 
 
+def coverage_flags(events: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, what :func:`coverage_warnings` asks of its events: rank, comm (any
+    communication event), rpc (record_param_comms rows), c10d (c10d:: calls that say their op),
+    gpu (any GPU event). One rank's flags do not depend on another's (a per-rank map)."""
+    # lazy: an eager group_by copies every column of the frame (+140 MB at 1M events)
+    return (
+        events.lazy()
+        .group_by("rank")
+        .agg(
+            (pl.col("kind") == "communication").any().alias("comm"),
+            (pl.col("name") == "record_param_comms").any().alias("rpc"),
+            (pl.col("name").str.starts_with("c10d::") & pl.col("op").is_not_null())
+            .any()
+            .alias("c10d"),
+            (pl.col("device") == "gpu").any().alias("gpu"),
+        )
+        .collect()
+    )
+
+
 def coverage_warnings(
-    infos: Sequence[TraceInfo], events: pl.DataFrame, run: RunRecord | None
+    infos: Sequence[TraceInfo], flags: pl.DataFrame, run: RunRecord | None
 ) -> list[str]:
-    """One line per thing the traces lack, naming the files, and what tracekit does instead."""
+    """One line per thing the traces lack, naming the files, and what tracekit does instead
+    (FLAGS: :func:`coverage_flags` of every rank)."""
     infos = list(infos)
     total, out = len(infos), []
     no_dist = [i for i in infos if i.rank_source != "distributedInfo" and i.world_size is None]
@@ -228,20 +250,7 @@ def coverage_warnings(
                 "the window is the whole trace; no step times",
             )
         )
-    # lazy: an eager group_by copies every column of the frame (+140 MB at 1M events)
-    per_rank = (
-        events.lazy()
-        .group_by("rank")
-        .agg(
-            (pl.col("kind") == "communication").any().alias("comm"),
-            (pl.col("name") == "record_param_comms").any().alias("rpc"),
-            (pl.col("name").str.starts_with("c10d::") & pl.col("op").is_not_null())
-            .any()
-            .alias("c10d"),
-            (pl.col("device") == "gpu").any().alias("gpu"),
-        )
-        .collect()
-    )
+    per_rank = flags
     # CPU/gloo traces of torch 2.x never carry record_param_comms: their c10d:: calls say the op
     lacking = set(
         per_rank.filter(pl.col("comm") & ~pl.col("rpc") & (pl.col("gpu") | ~pl.col("c10d")))[

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
+from tracekit.ingest.spill import EventsRef, Spill
 
 if TYPE_CHECKING:
     from tracekit.ingest.flight_recorder import FlightRecord
@@ -96,7 +97,14 @@ class Job:
     infos: list[TraceInfo]
     """What each trace file says about itself, sorted by rank, one per rank read."""
     events: pl.DataFrame
-    """Every event of those traces (tracekit.events.EVENT_SCHEMA), times as the traces say."""
+    """The events of every rank that the cross-rank steps read (tracekit.ingest.rank_scan.SLIM:
+    communication, annotations, step markers; tracekit.events.EVENT_SCHEMA), times as the
+    traces say. A rank's other events are in ``rank_events``."""
+    rank_events: dict[int, EventsRef] = field(default_factory=dict)
+    """rank -> where all its events wait (tracekit.ingest.spill: held, or a parquet file),
+    read by the per-rank timeline step (tracekit.analyses.rank_map) and on demand."""
+    spill: Spill | None = None
+    """The scratch folder and memory budget of ``rank_events`` (removed with the Job)."""
     memory: dict[int, MemoryCounts] = field(default_factory=dict)
     """rank -> memory/rank<R>.json, for the ranks read and every rank the folder has a file
     for (so a ``--ranks`` subset still sees its ranks' neighbours counted)."""
@@ -108,6 +116,14 @@ class Job:
     """rank -> node of the ranks read."""
     warnings: tuple[str, ...] = ()
     """What loading found missing, dropped or guessed, one line each, in the order found."""
+
+    def all_events(self) -> pl.DataFrame:
+        """Every event of every rank read, in rank order (read back from where they wait:
+        as big as the traces; the analysis itself never asks for it)."""
+        from tracekit.events import empty_events
+
+        frames = [self.rank_events[i.rank].read() for i in self.infos if i.rank in self.rank_events]
+        return pl.concat(frames, how="vertical", rechunk=False) if frames else empty_events()
 
     @property
     def ranks(self) -> list[int]:

@@ -38,7 +38,7 @@ import polars as pl
 from tracekit.errors import TracekitError
 from tracekit.ingest import cache as trace_cache
 from tracekit.ingest import devices
-from tracekit.ingest.foreign import select_traces
+from tracekit.ingest.foreign import file_facts, select_traces
 from tracekit.ingest.kineto_classify import events_frame
 from tracekit.ingest.kineto_decode import Decoded, decode_trace
 from tracekit.ingest.kineto_files import pin_mmap_threshold, read_bytes
@@ -331,7 +331,7 @@ def read_traces(
         hits.update(zip(todo, parsed_now))
     parsed = [hits[p] for p in paths]
     _check_ranks([info for info, _ in parsed])
-    parsed = select_traces(parsed)
+    parsed = select_traces(parsed, [file_facts(info, frame) for info, frame in parsed])
     parsed.sort(key=lambda pair: pair[0].rank)
     frames = [frame for _, frame in parsed]
     return [info for info, _ in parsed], pl.concat(frames, how="vertical", rechunk=False)

@@ -6,9 +6,14 @@ tracekit.ingest.job.Job; the timeline and the analyses read no file. In steps:
 
     locate(path)           Source: run.json read, the other files listed       (the job)
     select(...)            the trace files to read: --ranks, --sample          (the job)
-    read_traces(files)     infos and events, one task per file                 (per file)
+    scan_traces(files)     RankScan per file: info, slim events, where the     (per file)
+                           rest waits (tracekit.ingest.rank_scan, .spill)
     load_rank(source, r)   RankPiece: memory/rank<R>.json, fr_rank<R>.json     (per rank)
     assemble(...)          Job: NCCL logs, topology, warnings                  (the job)
+
+The Job holds every rank's *slim* events (what the cross-rank steps read) and, per rank, where
+its other events wait (``Job.rank_events``): never the events of all ranks at once, beyond the
+memory budget of tracekit.ingest.spill.
 
 Traces are read per file because a file brought from elsewhere tells its rank only once parsed;
 everything else filed under a rank is read by :func:`load_rank`, which needs nothing but the
@@ -31,10 +36,10 @@ from tracekit.events import empty_events
 from tracekit.ingest import foreign
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece
-from tracekit.ingest.kineto import read_traces
-from tracekit.ingest.kineto_info import TraceInfo
+from tracekit.ingest.rank_scan import RankScan, scan_traces
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.ingest.selection import RankSet, Selection, select
+from tracekit.ingest.spill import Spill
 from tracekit.ingest.topology import node_of_ranks
 
 
@@ -132,18 +137,24 @@ def read_nccl(path: Path) -> NcclLogs | None:
 def assemble(
     source: Source,
     selection: Selection,
-    infos: list[TraceInfo],
-    events: pl.DataFrame,
+    scans: Sequence[RankScan],
     pieces: Iterable[RankPiece],
     *,
     ranks_per_node: int | None = None,
     subset: bool = False,
+    spill: Spill | None = None,
 ) -> Job:
     """The Job from its parts: the traces read, the per-rank pieces and what only the whole job
     has (NCCL logs, topology). ``subset``: only some ranks were asked for (no warning then about
     the ranks without a trace). Warnings in the order found: selection, each trace's, missing
     ranks, the run's status, what the traces lack, topology, flight-recorder dumps."""
     run = source.run
+    infos = [s.info for s in scans]
+    events = (
+        pl.concat([s.slim for s in scans], how="vertical", rechunk=False)
+        if scans
+        else empty_events()
+    )
     warnings: list[str] = list(selection.warnings)
     for info in infos:
         warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
@@ -151,8 +162,10 @@ def assemble(
     warnings.extend([missing] if missing else [])
     if run is not None and run.status not in (None, "ok"):
         warnings.append(run.status_line())
-    warnings.extend(foreign.coverage_warnings(infos, events, run))
-    if events.height == 0:
+    flags = pl.concat([s.flags for s in scans]) if scans else None
+    if flags is not None:
+        warnings.extend(foreign.coverage_warnings(infos, flags, run))
+    if all(s.facts["start"] is None for s in scans):
         raise TracekitError("the traces hold no timed events", source.path)
 
     nccl = read_nccl(source.path)
@@ -176,6 +189,8 @@ def assemble(
         selection=selection,
         infos=infos,
         events=events,
+        rank_events={s.info.rank: s.events for s in scans},
+        spill=spill,
         memory={p.rank: p.memory for p in pieces if p.memory is not None},
         flight_records=tuple(d.record for d in order if d.record is not None),
         nccl=nccl,
@@ -188,19 +203,21 @@ def read_selected(
     source: Source,
     selection: Selection,
     ranks: RankSet | None,
+    spill: Spill,
     *,
     workers: int | None = None,
     cache: bool | None = None,
     cache_dir: Path | None = None,
     cache_writer: Executor | None = None,
     executor: Executor | None = None,
-) -> tuple[list[TraceInfo], pl.DataFrame]:
-    """The selected trace files, parsed (tracekit.ingest.kineto.read_traces: one task per file),
-    with the ranks not asked for dropped (files that tell their rank only inside)."""
+) -> list[RankScan]:
+    """The selected trace files, read (tracekit.ingest.rank_scan.scan_traces: one task per
+    file), with the ranks not asked for dropped (files that tell their rank only inside)."""
     files = selection.files
-    infos, events = (
-        read_traces(
+    scans = (
+        scan_traces(
             files,
+            spill,
             workers=workers,
             cache=cache,
             cache_dir=cache_dir,
@@ -208,22 +225,20 @@ def read_selected(
             executor=executor,
         )
         if files
-        else ([], empty_events())
+        else []
     )
     if ranks or selection.sampled is not None:
         keep = (
             set(selection.sampled)
             if selection.sampled is not None
-            else {i.rank for i in infos if ranks is not None and i.rank in ranks}
+            else {s.info.rank for s in scans if ranks is not None and s.info.rank in ranks}
         )
-        if any(i.rank not in keep for i in infos):
-            infos = [i for i in infos if i.rank in keep]
-            events = events.filter(pl.col("rank").is_in(sorted(keep)))
-        if not infos:
+        scans = [s for s in scans if s.info.rank in keep]
+        if not scans:
             raise TracekitError(
                 "none of the ranks asked for (--ranks) has a trace here", source.path
             )
-    return infos, events
+    return scans
 
 
 def load(
@@ -237,6 +252,7 @@ def load(
     cache_dir: Path | None = None,
     cache_writer: Executor | None = None,
     executor: Executor | None = None,
+    spill: Spill | None = None,
 ) -> Job:
     """Read everything the analysis needs from PATH (see the module docstring).
 
@@ -244,7 +260,9 @@ def load(
     (tracekit.ingest.selection). ``cache``, ``cache_dir``, ``cache_writer``, ``workers``,
     ``executor``: how traces are parsed (tracekit.ingest.kineto.read_traces; with ``executor``
     the per-file parse runs there, tracekit.engines; tracekit.ingest.cache).
-    ``ranks_per_node``: the topology, when nothing in the folder says it.
+    ``ranks_per_node``: the topology, when nothing in the folder says it. ``spill``
+    (tracekit.ingest.spill): where the ranks' events wait; default a new one in the system's
+    temporary folder, owned by the Job (it is removed when the Job is).
     """
     if cache:
         from tracekit.ingest import cache as cache_mod
@@ -253,23 +271,25 @@ def load(
     source = locate(path)
     wanted = RankSet.of(ranks)
     selection = select(list(source.traces), wanted, sample, cache_dir)
-    infos, events = read_selected(
+    spill = spill if spill is not None else Spill()
+    scans = read_selected(
         source,
         selection,
         wanted,
+        spill,
         workers=workers,
         cache=cache,
         cache_dir=cache_dir,
         cache_writer=cache_writer,
         executor=executor,
     )
-    side = sorted({i.rank for i in infos} | source.named_ranks())
+    side = sorted({s.info.rank for s in scans} | source.named_ranks())
     return assemble(
         source,
         selection,
-        infos,
-        events,
+        scans,
         (load_rank(source, r) for r in side),
         ranks_per_node=ranks_per_node,
         subset=bool(wanted) or bool(sample),
+        spill=spill,
     )

@@ -40,7 +40,7 @@ class Window(Record):
 
 class Rank(Record):
     """One rank's time breakdown over its window (frame `ranks.parquet`; the state segments are
-    `timeline.parquet`: rank, start_ns, end_ns, state)."""
+    `timeline/rank<R>.parquet`: rank, start_ns, end_ns, state)."""
 
     rank: Annotated[int, M("the rank")]
     node: Annotated[int, M('its node (docs/traffic.md "Topology")')]

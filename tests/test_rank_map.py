@@ -1,0 +1,146 @@
+"""The per-rank map and cross-rank reduce (issue #17): the driver keeps slim events and small
+per-rank results; each rank's events wait in memory within a budget, else in files.
+
+Every check compares a real analysis of real traces with the events spilled against the same
+analysis with them held (the whole-job step, as before): the summary, the written tables and
+the per-rank frames must not change with where the events wait.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+from builders.traces import HTA as HTA_CORPUS
+from conftest import SAMPLES, run_cli
+
+from tracekit.analysis_folder import is_analysis, write_analysis
+from tracekit.analyze import analyze
+from tracekit.ingest.load import load
+from tracekit.ingest.spill import PREFIX
+
+INPUTS = [
+    SAMPLES / "dp",
+    SAMPLES / "pp-1f1b",
+    SAMPLES / "fsdp",
+    HTA_CORPUS / "nccl_parser_config",
+    Path(__file__).parent / "data" / "gpu" / "dp-cuda-nccl",
+]
+
+
+def _spill_folders(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(PREFIX))
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name)
+def test_spilled_ranks_give_the_held_summary_and_tables(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEKIT_SPILL_DIR", str(tmp_path / "scratch"))
+    held = analyze(path, cache=False)
+    assert all(ref.frame is not None for ref in held.events_at.values())
+    monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", "0")
+    spilled = analyze(path, cache=False)
+    assert spilled.events_at and all(ref.path for ref in spilled.events_at.values())
+    assert all(ref.path for ref in spilled.timeline_at.values())
+    assert json.dumps(spilled.summary) == json.dumps(held.summary)
+    for name in ("ranks", "collectives", "overlap_units", "pipeline_ops", "bubbles"):
+        a, b = held.tables().get(name), spilled.tables().get(name)
+        assert (a is None) == (b is None), name
+        if isinstance(a, pl.DataFrame):
+            assert a.equals(b), name
+    assert spilled.events.equals(held.events)
+    assert spilled.timeline.equals(held.timeline)
+    for rank in spilled.timeline_at:  # zooming into one rank reads only its own timeline
+        assert spilled.rank_timeline(rank).equals(held.timeline.filter(pl.col("rank") == rank))
+    out_a, out_b = write_analysis(held, tmp_path / "a"), write_analysis(spilled, tmp_path / "b")
+    for name in ("events", "timeline"):  # one file per rank, read as one
+        ranks = sorted(spilled.timeline_at)
+        names = sorted(p.name for p in (out_b / name).iterdir())
+        assert names == sorted(f"rank{r}.parquet" for r in ranks)
+        assert (
+            pl.read_parquet(out_b / name)
+            .sort("rank", maintain_order=True)
+            .equals(pl.read_parquet(out_a / name).sort("rank", maintain_order=True))
+        )
+        assert (
+            pl.read_parquet(out_a / name)
+            .sort("rank", maintain_order=True)
+            .equals(held.events if name == "events" else held.timeline)
+        )
+    assert _spill_folders(tmp_path / "scratch")  # in use while the analysis lives
+    del spilled
+    gc.collect()
+    assert _spill_folders(tmp_path / "scratch") == []  # ours, and gone with it
+
+
+def test_a_budget_of_one_rank_mixes_held_and_spilled_ranks(tmp_path, monkeypatch):
+    """Which ranks stay in memory depends on which parse finishes first: the results are put
+    together in rank order whatever the split."""
+    path = SAMPLES / "pp-1f1b"  # p2p transfers: each rank's split needs its peers' times
+    held = analyze(path, cache=False)
+    one_rank = max(ref.nbytes for ref in held.events_at.values())
+    monkeypatch.setenv("TRACEKIT_SPILL_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", str(one_rank))
+    mixed = analyze(path, cache=False)
+    kinds = {r: ref.frame is not None for r, ref in mixed.events_at.items()}
+    assert set(kinds.values()) == {False, True}, kinds
+    assert json.dumps(mixed.summary) == json.dumps(held.summary)
+    assert mixed.events.equals(held.events) and mixed.timeline.equals(held.timeline)
+
+
+def test_the_driver_keeps_slim_events_only(tmp_path, monkeypatch):
+    """With every rank spilled the Job holds the calls, kernels and annotations of each rank:
+    a small part of its events, and nothing of the compute."""
+    monkeypatch.setenv("TRACEKIT_SPILL_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", "0")
+    job = load(Path(__file__).parent / "data" / "gpu" / "dp-cuda-nccl", cache=False)
+    assert all(ref.frame is None for ref in job.rank_events.values())
+    whole = job.all_events()
+    assert whole.height > 20 * job.events.height, (whole.height, job.events.height)
+    kinds = set(job.events["kind"].unique().to_list())
+    assert "compute" not in kinds and "runtime" not in kinds, kinds
+    assert whole.filter(pl.col("kind") == "communication").height == (
+        job.events.filter(pl.col("kind") == "communication").height
+    )
+
+
+def test_spilling_leaves_other_files_in_the_scratch_root(tmp_path, monkeypatch):
+    root = tmp_path / "shared"
+    root.mkdir()
+    (root / "notes.txt").write_text("mine")
+    (root / "tracekit-spill-not-ours").write_text("a file, not our folder")
+    monkeypatch.setenv("TRACEKIT_SPILL_DIR", str(root))
+    monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", "0")
+    result = analyze(SAMPLES / "dp", cache=False)
+    assert result.summary["ranks"]
+    del result
+    gc.collect()
+    assert sorted(os.listdir(root)) == ["notes.txt", "tracekit-spill-not-ours"]
+    assert (root / "notes.txt").read_text() == "mine"
+
+
+def test_a_bad_memory_budget_is_one_line(tmp_path):
+    env = {"TRACEKIT_MEMORY_BUDGET": "lots"}
+    done = run_cli(
+        "analyze", str(SAMPLES / "dp"), "--out", str(tmp_path / "out"), env=env
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TRACEKIT_MEMORY_BUDGET" in lines[0], done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_analysis_with_anything_else_in_its_per_rank_folders_is_not_replaced(tmp_path):
+    out = write_analysis(analyze(SAMPLES / "dp", cache=False), tmp_path / "out")
+    assert is_analysis(out)
+    (out / "events" / "notes.txt").write_text("mine")
+    assert not is_analysis(out)
+    (out / "events" / "notes.txt").unlink()
+    (out / "photos").mkdir()  # an empty folder of the user's, beside ours
+    assert not is_analysis(out)
+    (out / "photos").rmdir()
+    (out / "timeline" / "rank9.parquet").symlink_to(out / "ranks.parquet")
+    assert not is_analysis(out)

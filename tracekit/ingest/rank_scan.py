@@ -1,0 +1,203 @@
+"""The per-rank read (the map's first step): one trace file -> a small :class:`RankScan`.
+
+The driver never holds every rank's events (issue #17): each file is read where a task runs
+(threads here, spawned processes, or a Dask worker: tracekit.engines), and what comes back is
+
+- its TraceInfo, the facts tracekit.ingest.foreign needs to choose among files of one rank,
+  and its coverage flags (foreign.coverage_flags);
+- ``slim``: the few events the cross-rank steps read: communication calls and kernels (matched
+  across ranks, tracekit.analyses.collectives), annotations (step markers, our comm:* and
+  pipeline labels, FSDP's), about one event in two hundred of a GPU trace;
+- ``events``: where the rest waits for the per-rank timeline step (tracekit.ingest.spill): held
+  in memory within the driver's budget, else a parquet file (the cache entry when there is one,
+  else one written into the analysis's scratch folder).
+
+Tasks are top-level functions of strings and numbers, so every engine sends them by reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.ingest import cache as trace_cache
+from tracekit.ingest import foreign, kineto
+from tracekit.ingest.kineto import _check_ranks, _default_workers, _idle_cpus, _spawn_can_start
+from tracekit.ingest.kineto_files import pin_mmap_threshold
+from tracekit.ingest.kineto_info import TraceInfo
+from tracekit.ingest.spill import EventsRef, Spill, write
+
+#: the rows the cross-rank steps read (module docstring): the rest stays with the rank
+SLIM = (
+    pl.col("kind").is_in(["communication", "annotation"])
+    | pl.col("name").str.starts_with("ProfilerStep#")
+    | pl.col("name").str.starts_with("comm:")
+)
+
+
+@dataclass(frozen=True)
+class RankScan:
+    """One trace file, read: what the driver keeps of it (module docstring)."""
+
+    info: TraceInfo
+    """What the file says about itself."""
+    slim: pl.DataFrame
+    """Its events that the cross-rank steps read (:data:`SLIM`), in file order."""
+    events: EventsRef
+    """Every event of the file (tracekit.events.EVENT_SCHEMA), held or in a parquet file."""
+    facts: dict[str, Any]
+    """foreign.file_facts: time range, host, process id."""
+    flags: pl.DataFrame
+    """foreign.coverage_flags of its events: one row."""
+
+
+def digest(info: TraceInfo, frame: pl.DataFrame, events: EventsRef) -> RankScan:
+    """The RankScan of a file whose events FRAME are kept at EVENTS."""
+    return RankScan(
+        info=info,
+        slim=frame.filter(SLIM),
+        events=events,
+        facts=foreign.file_facts(info, frame),
+        flags=foreign.coverage_flags(frame),
+    )
+
+
+def _scan(
+    trace: Path,
+    place: Callable[[], str],
+    hold: Callable[[int], bool],
+    cache_dir: Path | None,
+    use_cache: bool,
+    store: bool,
+    writer: Executor | None = None,
+) -> RankScan:
+    """Read TRACE: from its matching cache entry when ``use_cache`` finds one (beside it, a
+    rank's ingest at source, or in the cache folder: then the entry is where its events wait),
+    else parsed. Its events are held when ``hold`` (the driver's budget) takes their size, else
+    kept in the cache entry written for it (``store``) or in a new file at ``place()``."""
+    if use_cache:
+        found = trace_cache.lookup(trace, cache_dir)
+        loaded = trace_cache.load(trace, cache_dir, want=found[1]["key"]) if found else None
+        if found and loaded is not None:
+            info, frame = loaded
+            nbytes = int(frame.estimated_size())
+            held = hold(nbytes)
+            ref = EventsRef(frame=frame, nbytes=nbytes) if held else EventsRef(path=str(found[0]))
+            return digest(info, frame, ref)
+    want = trace_cache.key(trace) if store else None
+    info, frame = kineto.read_trace(trace)
+    nbytes = int(frame.estimated_size())
+    if hold(nbytes):
+        if store and writer is not None:  # held, and the entry written in the background
+            writer.submit(trace_cache.store, trace, info, frame, cache_dir, want)
+        elif store:
+            trace_cache.store(trace, info, frame, cache_dir, want)
+        return digest(info, frame, EventsRef(frame=frame, nbytes=nbytes))
+    entry = trace_cache.store(trace, info, frame, cache_dir, want) if store else None
+    ref = EventsRef(path=str(entry)) if entry is not None else write(frame, place())
+    return digest(info, frame, ref)
+
+
+def scan_file(
+    path: str,
+    folder: str,
+    cache_dir: str | None = None,
+    use_cache: bool = False,
+    store: bool = False,
+) -> RankScan:
+    """The engine task: read PATH (from its cache entry when ``use_cache`` finds one) and leave
+    its events in that entry, in the one written for it (``store``) or in a new file in FOLDER
+    (a scratch folder the driver shares): nothing of them comes back but the slim rows."""
+    pin_mmap_threshold()
+    where = Path(cache_dir) if cache_dir else None
+    return _scan(Path(path), lambda: _spill_name(folder), _never, where, use_cache, store)
+
+
+def _never(nbytes: int) -> bool:
+    return False
+
+
+def _spill_name(folder: str) -> str:
+    import uuid
+
+    return str(Path(folder) / f"events-{uuid.uuid4().hex}.parquet")
+
+
+def scan_traces(
+    paths: Sequence[Path],
+    spill: Spill,
+    *,
+    workers: int | None = None,
+    cache: bool | None = False,
+    cache_dir: Path | None = None,
+    cache_writer: Executor | None = None,
+    executor: Executor | None = None,
+) -> list[RankScan]:
+    """Every file read (one task each), one per rank (foreign.select_traces), sorted by rank.
+
+    ``executor`` (tracekit.engines): the tasks run there and spill into ``spill``'s folder,
+    which the workers must share. Without one: threads here, or spawned processes when
+    ``workers`` (default: kineto's rule, three idle CPUs and 16 MiB of trace) says so.
+    ``cache``/``cache_dir``/``cache_writer``: as tracekit.ingest.kineto.read_traces.
+    """
+    from tracekit.errors import TracekitError
+
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise TracekitError("no trace files to read")
+    found: dict[Path, RankScan] = {}
+    todo = list(paths)
+    store, use_cache = cache is True, cache is not False
+    n = min(workers if workers is not None else _default_workers(todo), len(todo))
+    if todo and executor is None and n > 1 and _spawn_can_start():
+        from tracekit.engines import open_executor
+
+        with open_executor("processes", n) as (pool, _):
+            found.update(zip(todo, _remote(pool, todo, spill, cache_dir, use_cache, store)))
+        todo = []
+    if todo and executor is not None:
+        found.update(zip(todo, _remote(executor, todo, spill, cache_dir, use_cache, store)))
+    elif todo:
+        pin_mmap_threshold()
+        threads = max(1, min(len(todo), _idle_cpus()))
+        with ThreadPoolExecutor(threads, thread_name_prefix="tracekit-parse") as pool:
+            read = pool.map(
+                lambda p: _scan(
+                    p, lambda: spill.name("events"), spill.hold, cache_dir, use_cache, store,
+                    cache_writer,
+                ),
+                todo,
+            )  # fmt: skip
+            found.update(zip(todo, read))
+    scans = [found[p] for p in paths]
+    _check_ranks([s.info for s in scans])
+    chosen = foreign.select_traces([(s.info, s) for s in scans], [s.facts for s in scans])
+    # select_traces notes on the info the files of a rank it chose among
+    return sorted((replace(s, info=info) for info, s in chosen), key=lambda s: s.info.rank)
+
+
+def _remote(
+    executor: Executor,
+    paths: list[Path],
+    spill: Spill,
+    cache_dir: Path | None,
+    use_cache: bool,
+    store: bool,
+) -> list[RankScan]:
+    n = len(paths)
+    folder = str(spill.folder)
+    return list(
+        executor.map(
+            scan_file,
+            [str(p) for p in paths],
+            [folder] * n,
+            [str(cache_dir) if cache_dir else None] * n,
+            [use_cache] * n,
+            [store] * n,
+        )
+    )

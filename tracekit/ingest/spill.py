@@ -1,0 +1,153 @@
+"""Where one rank's frames wait between the per-rank steps: in memory, or in a parquet file.
+
+The analysis is a per-rank map and a cross-rank reduce (tracekit.analyses.rank_map): the
+driver keeps only small per-rank results, so a rank's events (and its merged timeline) must
+wait somewhere else between the read and the per-rank timeline step, and until a user asks for
+them (Analysis.events, the zoomed-in timeline). An :class:`EventsRef` is that place: a frame
+held in this process, or a parquet file (a cache entry, a rank's ingest-at-source entry, or a
+file spilled into the analysis's own scratch folder).
+
+:class:`Spill` decides: frames are held in memory while their total stays under a budget
+(``$TRACEKIT_MEMORY_BUDGET`` bytes, default 64 MiB: the whole of a small job, as before), and
+written to its folder after that, so the driver's memory stops growing with the ranks. Ranks
+read in worker processes or on a Dask cluster always go to the folder (a frame returned to the
+driver would be held there); the folder must then be one the workers share with the driver
+(tracekit.engines picks the cache folder for a Dask cluster). The folder is ours
+(``tracekit-spill-*``, made by :func:`Spill.create`); :meth:`Spill.close` removes it and
+nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from tracekit.errors import TracekitError
+
+DEFAULT_BUDGET = 64 * 2**20
+PREFIX = "tracekit-spill-"
+
+
+def budget_from_env() -> int:
+    """``$TRACEKIT_MEMORY_BUDGET`` (bytes of events held in the driver), else 64 MiB."""
+    text = os.environ.get("TRACEKIT_MEMORY_BUDGET", "").strip()
+    if not text:
+        return DEFAULT_BUDGET
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise TracekitError(
+            f"TRACEKIT_MEMORY_BUDGET must be a number of bytes (0 or more), not {text!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class EventsRef:
+    """One rank's frame: held here (``frame``) or in a parquet file (``path``)."""
+
+    frame: pl.DataFrame | None = None
+    """The frame itself, when it is held in memory."""
+    path: str | None = None
+    """A parquet file holding it (a string: it crosses to Dask workers as it is)."""
+    nbytes: int = 0
+    """Its size in memory (polars' estimate), counted against the driver's budget when held."""
+
+    def read(self) -> pl.DataFrame:
+        """The frame; a one-line TracekitError when its file has gone (a cache entry evicted
+        by another process meanwhile)."""
+        if self.frame is not None:
+            return self.frame
+        assert self.path is not None
+        try:
+            return pl.read_parquet(self.path)
+        except (OSError, pl.exceptions.ComputeError) as exc:
+            raise TracekitError(f"cannot read back a rank's events ({exc})", self.path) from None
+
+    def lazy(self) -> pl.LazyFrame:
+        """The frame as a lazy scan (the file is read when the plan runs)."""
+        if self.frame is not None:
+            return self.frame.lazy()
+        assert self.path is not None
+        return pl.scan_parquet(self.path)
+
+
+class Spill:
+    """A memory budget for per-rank frames and, past it, a scratch folder for them."""
+
+    def __init__(self, root: Path | None = None, budget: int | None = None) -> None:
+        self.root = Path(root) if root is not None else Path(tempfile.gettempdir())
+        self.budget = budget_from_env() if budget is None else budget
+        self._held = 0
+        self._lock = threading.Lock()
+        self._folder: Path | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._count = 0
+
+    @property
+    def folder(self) -> Path:
+        """The scratch folder, made on first use (``tracekit-spill-*`` under the root)."""
+        with self._lock:
+            if self._folder is None:
+                try:
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    self._folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=self.root))
+                except OSError as exc:
+                    raise TracekitError(
+                        f"cannot make a scratch folder for per-rank results ({exc.strerror})",
+                        self.root,
+                    ) from None
+                self._finalizer = weakref.finalize(self, _remove, self._folder)
+            return self._folder
+
+    def hold(self, nbytes: int) -> bool:
+        """Count NBYTES against the budget: True when they fit (hold the frame in memory)."""
+        with self._lock:
+            if self._held + nbytes > self.budget:
+                return False
+            self._held += nbytes
+            return True
+
+    def name(self, stem: str) -> str:
+        """A new file name in the folder (unique within this spill)."""
+        with self._lock:
+            self._count += 1
+            n = self._count
+        return str(self.folder / f"{stem}-{n}.parquet")
+
+    def put(self, frame: pl.DataFrame, stem: str) -> EventsRef:
+        """FRAME held in memory when the budget allows, else written to the folder."""
+        nbytes = int(frame.estimated_size())
+        if self.hold(nbytes):
+            return EventsRef(frame=frame, nbytes=nbytes)
+        return write(frame, self.name(stem))
+
+    def close(self) -> None:
+        """Remove the scratch folder (only it: a ``tracekit-spill-*`` folder made here)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+def write(frame: pl.DataFrame, path: str) -> EventsRef:
+    """FRAME written to PATH (lz4: as fast to write as none, a third of the size)."""
+    try:
+        frame.write_parquet(path, compression="lz4", statistics=False)
+    except OSError as exc:
+        raise TracekitError(
+            f"cannot write a rank's per-rank result ({exc.strerror})", path
+        ) from None
+    return EventsRef(path=path)
+
+
+def _remove(folder: Path) -> None:
+    if folder.name.startswith(PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)
