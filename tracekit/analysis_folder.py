@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from tracekit import outputs, runfolder
 from tracekit.errors import TracekitError
-from tracekit.summary import encode
 
 if TYPE_CHECKING:
     import polars as pl
@@ -217,6 +216,8 @@ def write_analysis(result: Analysis, out: Path) -> Path:
         tmp.mkdir()  # mode 0777 less the umask: an ordinary folder
     except OSError as exc:
         raise _write_failed(out, exc) from None
+    from tracekit.summary import encode  # msgspec and the schema: after the read-ahead starts
+
     try:
         (tmp / "summary.json").write_text(encode(result.typed_summary))
         tables = _TableWriter(tmp, out)

@@ -11,31 +11,44 @@ Progress and logs go to stderr; results (tables, the run folder's path) to stdou
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
 
 import click
 
-from tracekit.cli import analysis, runs
 from tracekit.errors import TracekitError
 
+#: command -> (module, attribute): a command's module is imported when it runs or is listed, so
+#: `tracekit analyze` does not load the run side (instrumented_runs) nor `run` the analysis side
+_COMMANDS = {
+    "run": ("tracekit.cli.runs", "run_cmd"),
+    "analyze": ("tracekit.cli.analysis", "analyze_cmd"),
+    "demo": ("tracekit.cli.runs", "demo_cmd"),
+    "report": ("tracekit.cli.analysis", "report_cmd"),
+    "compare": ("tracekit.cli.analysis", "compare_cmd"),
+    "predict": ("tracekit.cli.analysis", "predict_cmd"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Commands(click.Group):
+    """A group whose commands of :data:`_COMMANDS` are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _COMMANDS and cmd_name not in self.commands:
+            module, name = _COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracekit")
 def cli() -> None:
     """Make the cost of distributed-training strategies visible."""
-
-
-for _command in (
-    runs.run_cmd,
-    analysis.analyze_cmd,
-    runs.demo_cmd,
-    analysis.report_cmd,
-    analysis.compare_cmd,
-    analysis.predict_cmd,
-):
-    cli.add_command(_command)
 
 
 @cli.command("dash")

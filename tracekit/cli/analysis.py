@@ -1,4 +1,7 @@
-"""The commands on the analysis side: analyze, report, compare, predict."""
+"""The commands on the analysis side: analyze, report, compare, predict.
+
+The consoles and tables (tracekit.cli.tables: rich, the summary schema) are imported inside the
+commands: `tracekit analyze` starts reading its traces first (:func:`_read_ahead`)."""
 
 from __future__ import annotations
 
@@ -6,10 +9,7 @@ import time
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
-from tracekit.cli import tables
-from tracekit.cli.tables import comparison_table, pipeline_table, rank_table
 from tracekit.errors import TracekitError
 
 
@@ -25,21 +25,14 @@ def _ranks_option(value: str | None):  # -> RankSet | None
         raise TracekitError(str(exc), f"--ranks {value}") from None
 
 
-def _read_ahead(
-    path: Path,
-    cache: bool,
-    cache_dir: Path | None,
-    ranks: str | None,
-    sample: int | None,
-    scheduler: str | None,
-) -> None:
+def _read_ahead(path: Path, cache: bool, cache_dir: Path | None, rank_selection: bool) -> None:
     """Start reading the traces this analysis will parse while polars and the analyses are
-    imported (tracekit.ingest.kineto_files.prefetch): only when it parses every trace PATH
-    names in this process (no rank selection, no engine) and only those without a cache entry."""
-    from tracekit import engines, runfolder
+    imported (tracekit.ingest.kineto_files.prefetch): when it reads every trace PATH names (no
+    rank selection), those without a cache entry."""
+    from tracekit import runfolder
     from tracekit.ingest import cache_paths, kineto_files
 
-    if ranks or sample or engines.resolve(scheduler):
+    if rank_selection:
         return
     try:
         files = runfolder.find_trace_files(path)
@@ -112,11 +105,18 @@ def analyze_cmd(
     target = out or default_out_dir(path)
     rank_set = _ranks_option(ranks)
     check_out(target, path)  # before the work: an --out that must not be replaced is refused
-    _read_ahead(path, cache, cache_dir, ranks, sample, scheduler)
+    _read_ahead(path, cache, cache_dir, bool(ranks or sample))
+    from rich.markup import escape
+
+    from tracekit.cli import tables
+
     try:
+        from tracekit import engines
         from tracekit.analyze import analyze  # polars and the analyses: the read-ahead's time
 
         kineto_files.stop_prefetch()
+        if engines.resolve(scheduler):  # the ranks are read where the engine runs them
+            kineto_files.discard_prefetched()
         with tables.err.status(f"analysing {path}"):
             result = analyze(
                 path,
@@ -136,8 +136,8 @@ def analyze_cmd(
         tables.err.print(
             f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True
         )  # text, never markup
-    tables.out().print(rank_table(result.typed_summary))
-    if (pipe := pipeline_table(result.typed_summary)) is not None:
+    tables.out().print(tables.rank_table(result.typed_summary))
+    if (pipe := tables.pipeline_table(result.typed_summary)) is not None:
         tables.out().print(pipe)
     tables.err.print(
         f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False
@@ -160,6 +160,9 @@ def _format_from_suffix(path: Path) -> str:
 
 
 def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
+    from rich.markup import escape
+
+    from tracekit.cli import tables
     from tracekit.report import default_output, write_report
 
     fmt = fmt or (_format_from_suffix(out) if out else "html")
@@ -206,6 +209,7 @@ def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> No
 def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     """Compare runs side by side: a table on stdout (and a report with -o)."""
     from tracekit.analyze import analyze
+    from tracekit.cli import tables
     from tracekit.report import write_report
     from tracekit.runname import display_names
 
@@ -222,7 +226,7 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
             write_report(
                 list(paths), out, fmt or _format_from_suffix(out), analyses=results, names=names
             )
-    tables.out().print(comparison_table(names, results))
+    tables.out().print(tables.comparison_table(names, results))
     if out is not None:
         tables.err.print(f"wrote {out}", highlight=False)
 
@@ -247,6 +251,7 @@ def predict_cmd(
     out: Path | None,
 ) -> None:
     """Predict each run's step on another network from its trace (docs/predict.md)."""
+    from tracekit.cli import tables
     from tracekit.cli.predict import run_predict
 
     run_predict(
