@@ -18,6 +18,7 @@ import pytest
 from builders.traces import HTA as HTA_CORPUS
 from conftest import SAMPLES, run_cli
 
+from tracekit.analyses.event_totals import event_totals
 from tracekit.analysis_folder import is_analysis, write_analysis
 from tracekit.analyze import analyze
 from tracekit.ingest.load import load
@@ -53,6 +54,11 @@ def test_spilled_ranks_give_the_held_summary_and_tables(path, tmp_path, monkeypa
             assert a.equals(b), name
     assert spilled.events.equals(held.events)
     assert spilled.timeline.equals(held.timeline)
+    # the top events, summed per rank by the map, are one group_by over every event
+    key = ["name", "kind", "device"]
+    whole = event_totals(held.events).sort(key)
+    assert whole.height and spilled.event_totals.sort(key).equals(whole)
+    assert held.event_totals.sort(key).equals(whole)
     for rank in spilled.timeline_at:  # zooming into one rank reads only its own timeline
         assert spilled.rank_timeline(rank).equals(held.timeline.filter(pl.col("rank") == rank))
     out_a, out_b = write_analysis(held, tmp_path / "a"), write_analysis(spilled, tmp_path / "b")
@@ -144,3 +150,32 @@ def test_an_analysis_with_anything_else_in_its_per_rank_folders_is_not_replaced(
     (out / "photos").rmdir()
     (out / "timeline" / "rank9.parquet").symlink_to(out / "ranks.parquet")
     assert not is_analysis(out)
+
+
+def test_zooming_into_one_rank_reads_only_that_ranks_events(tmp_path, monkeypatch):
+    """The app's zoomed timeline of a spilled analysis: the same figure as from the whole
+    events frame, drawn without reading the other ranks' events (Analysis.events stays unread)."""
+    from dashboards.pages.timeline import detail_figure
+
+    path = SAMPLES / "pp-1f1b"
+    held = analyze(path, cache=False)
+    monkeypatch.setenv("TRACEKIT_SPILL_DIR", str(tmp_path))
+    monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", "0")
+    spilled = analyze(path, cache=False)
+    read: list[int] = []
+    real = spilled.rank_events
+
+    def spy(rank: int) -> pl.LazyFrame:
+        read.append(rank)
+        return real(rank)
+
+    monkeypatch.setattr(spilled, "rank_events", spy)
+    step = held.summary["ranks"][1]["step_time_s"]
+    # the top lanes: the view shows lanes 1-3 (one lane of margin each side), not rank 0's
+    zoom = {"xaxis.range[0]": 0.0, "xaxis.range[1]": step / 50, "yaxis.range": [2.7, 3.2]}
+    want, _ = detail_figure(held, zoom)
+    got, info = detail_figure(spilled, zoom)
+    assert got.layout.meta["mode"] == "detail" and got.layout.meta["events"] > 0, info
+    assert got.to_json() == want.to_json()
+    assert sorted(read) == [1, 2, 3], read  # the lanes shown, each once
+    assert "events" not in vars(spilled)  # every rank's events were never read

@@ -29,6 +29,7 @@ import msgspec
 import polars as pl
 
 from tracekit import clock, engines, runfolder
+from tracekit.analyses.event_totals import event_totals
 from tracekit.analyses.prepare import MapFn, prepare
 from tracekit.analyses.rank_map import RankResult, RankTask
 from tracekit.analyses.section import SectionInput, SectionResult
@@ -59,6 +60,7 @@ class Analysis:
     events_at: dict[int, EventsRef] = field(default_factory=dict)
     timeline_at: dict[int, EventsRef] = field(default_factory=dict)
     shifts: dict[int, int] = field(default_factory=dict)  # rank -> clock offset (tracekit.clock)
+    totals: pl.DataFrame | None = None  # tracekit.analyses.event_totals, reduced over the ranks
     infos: list[TraceInfo] = field(default_factory=list)
     run: dict[str, Any] | None = None  # run.json as written
     frames: dict[str, pl.DataFrame] = field(
@@ -86,7 +88,7 @@ class Analysis:
     def events(self) -> pl.DataFrame:
         """Every event of the ranks analysed, clocks aligned: read back when first asked for
         (the report's top events, Perfetto export, predict), as big as the traces."""
-        plans = list(self.rank_tables()["events"].values())
+        plans = [self.rank_events(r) for r in self.events_at]
         if not plans:
             from tracekit.events import empty_events
 
@@ -96,7 +98,7 @@ class Analysis:
     @cached_property
     def timeline(self) -> pl.DataFrame:
         """Merged state segments of every rank: rank, start_ns, end_ns, state."""
-        plans = list(self.rank_tables()["timeline"].values())
+        plans = [ref.lazy() for ref in self.timeline_at.values()]
         if not plans:
             return pl.DataFrame(schema=TIMELINE_SCHEMA)
         return pl.concat(plans, how="vertical").collect()
@@ -105,6 +107,12 @@ class Analysis:
         """One rank's merged timeline, read alone (zooming into a rank reads only its own)."""
         ref = self.timeline_at.get(rank)
         return ref.read() if ref is not None else pl.DataFrame(schema=TIMELINE_SCHEMA)
+
+    @cached_property
+    def event_totals(self) -> pl.DataFrame:
+        """count and total_ns per event name, kind and device (tracekit.analyses.event_totals):
+        computed per rank by the map; from ``events`` for an Analysis built without them."""
+        return self.totals if self.totals is not None else event_totals(self.events)
 
     @cached_property
     def typed_summary(self) -> Summary:
@@ -250,6 +258,7 @@ def assemble(inp: SectionInput, results: Mapping[str, SectionResult]) -> Analysi
         events_at={i.rank: job.rank_events[i.rank] for i in inp.infos},
         timeline_at=dict(inp.per_rank.timelines),
         shifts=clock.applied_offsets(inp.clock),
+        totals=inp.per_rank.event_totals,
         infos=inp.infos,
         run=None if job.run is None else job.run.raw,
         frames=frames,

@@ -32,6 +32,9 @@ import polars as pl
 DType = pl.DataType | type[pl.DataType]
 
 KINDS = ("compute", "communication", "memory", "sync", "annotation", "runtime", "other")
+#: the kinds whose time is work on the device or host (annotations and runtime calls are not):
+#: drawn as events in the zoomed timeline, counted in the top events
+WORK_KINDS = ("compute", "communication", "memory", "sync")
 
 EVENT_SCHEMA: dict[str, type[pl.DataType]] = {
     "rank": pl.Int32,

@@ -33,7 +33,7 @@ def page(view: View) -> list:
         table(R.rank_table(a.typed_summary), "rank-table"),
         fig_or_nodata(entry, "breakdown", "fig-breakdown"),
         table(R.collectives_table(a.typed_summary)),
-        table(entry.memoized("top_events", lambda: R.top_events(a.events)), "top-events"),
+        table(entry.memoized("top_events", lambda: R.top_events(a.event_totals)), "top-events"),
     ]
     return kids
 

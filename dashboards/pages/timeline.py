@@ -8,7 +8,7 @@ with a one-line note ("zoom ignored (...)"), never drawn and never an HTTP 500.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import plotly.io as pio
@@ -111,7 +111,7 @@ def detail_figure(
         tl,
         xw[0],
         xw[1],
-        events=F.frame(analysis, "events"),
+        events=_events_in_window(analysis),
         bubbles=bubbles,
         ranks=ranks,
         y_range=yw,
@@ -130,6 +130,22 @@ def detail_figure(
             f"zoom further for bars (payload {size / 1024:.0f} KB)"
         )
     return fig, info
+
+
+def _events_in_window(analysis: Any) -> Any:
+    """What the zoomed view draws as events: of an analysis that keeps each rank's events apart
+    (tracekit.analyze.Analysis.rank_events), a reader of the shown ranks' events in the window
+    only, so a zoom reads no other rank's events; else the events frame."""
+    held = getattr(analysis, "events_at", None)
+    if not held or "events" in vars(analysis):  # none apart, or all read already
+        return F.frame(analysis, "events")
+
+    def read(ranks: Sequence[int], lo: int, hi: int) -> pl.DataFrame | None:
+        inside = (pl.col("end_ns") >= lo) & (pl.col("start_ns") <= hi)
+        plans = [analysis.rank_events(r).filter(inside) for r in ranks if r in held]
+        return pl.concat(plans, how="vertical").collect() if plans else None
+
+    return read
 
 
 def callbacks(app: Dash, runs: Runs, summaries: Summaries) -> None:

@@ -13,6 +13,7 @@ length, but for the merged timeline, which waits where the events wait (tracekit
 - ``overlap_units``: one row per all-gather / reduce-scatter (tracekit.analyses.overlap);
 - ``pipeline_ops`` and the busy pieces of each rank (tracekit.analyses.pipeline_ops), and the
   blocking receives (for the recv split when the traces carry no labels);
+- ``event_totals``: count and total time per event name (tracekit.analyses.event_totals);
 - ``timeline``: the merged state segments (rank, start_ns, end_ns, state).
 
 Ranks without any compute or communication event in their window come back in ``empty``.
@@ -27,6 +28,7 @@ import polars as pl
 from tracekit import timeline
 from tracekit.analyses import collectives, overlap, pipeline_ops
 from tracekit.analyses.breakdown import rank_breakdown
+from tracekit.analyses.event_totals import event_totals
 from tracekit.ingest.spill import EventsRef, write
 
 
@@ -63,6 +65,7 @@ class RankResult:
     pipeline_ops: pl.DataFrame
     pipeline_pieces: dict[int, list[tuple[int, int]]]
     blocking: frozenset[tuple[int, int]]
+    event_totals: pl.DataFrame
     timeline: dict[int, EventsRef]
     empty: list[int] = field(default_factory=list)
 
@@ -107,6 +110,7 @@ def map_ranks(task: RankTask) -> RankResult:
         pipeline_ops=ops,
         pipeline_pieces=pieces,
         blocking=frozenset(blocking),
+        event_totals=event_totals(events),
         timeline=_keep(merged, task),
         empty=empty,
     )

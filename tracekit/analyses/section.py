@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
+from tracekit.analyses.event_totals import reduce_totals
 from tracekit.ingest.job import Job
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class PerRank:
     """rank -> the busy pieces of its pipeline ops, sorted."""
     blocking: frozenset[tuple[int, int]]
     """(rank, start_ns) of receives that block (no compute inside their span)."""
+    event_totals: pl.DataFrame
+    """count and total_ns per event name, kind and device over the ranks analysed
+    (tracekit.analyses.event_totals)."""
     timelines: dict[int, EventsRef] = field(default_factory=dict)
     """rank -> where its merged timeline waits (rank, start_ns, end_ns, state)."""
 
@@ -63,6 +67,7 @@ class PerRank:
             pipeline_ops=cat([r.pipeline_ops for r in results]),
             pipeline_pieces=pieces,
             blocking=frozenset().union(*(r.blocking for r in results)),
+            event_totals=reduce_totals([r.event_totals for r in results]),
             timelines=dict(sorted(timelines.items())),
         )
 

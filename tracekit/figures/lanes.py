@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
+from tracekit.events import WORK_KINDS
 from tracekit.figures.binning import merge_per_pixel
 from tracekit.figures.style import (
     EVENT_COLORS,
@@ -24,7 +25,7 @@ from tracekit.figures.style import (
     spans,
 )
 
-EVENT_KINDS = ("compute", "communication", "memory", "sync")
+EVENT_KINDS = WORK_KINDS  # the events drawn in the zoomed timeline
 
 
 def timeline_lanes(tl: pl.DataFrame) -> list[int]:

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import numpy as np
@@ -39,6 +39,9 @@ from tracekit.figures.style import (
     span_seconds,
     spans,
 )
+
+#: the events of some ranks in [lo_ns, hi_ns]: (ranks, lo_ns, hi_ns) -> frame (or None)
+EventsInWindow = Callable[[Sequence[int], int, int], "pl.DataFrame | None"]
 
 MAX_BARS = 3000  # state spans drawn as real bars in a detail window
 MAX_EVENT_BARS = 2000  # events drawn in a detail window (the longest first)
@@ -147,7 +150,7 @@ def timeline_detail(
     end_s: float,
     *,
     t0_ns: int | None = None,
-    events: pl.DataFrame | None = None,
+    events: pl.DataFrame | EventsInWindow | None = None,
     bubbles: pl.DataFrame | None = None,
     ranks: Sequence[int] | None = None,
     y_range: Sequence[float] | None = None,
@@ -157,6 +160,8 @@ def timeline_detail(
     """Real spans of [start_s, end_s] (seconds since t0) as bars, or the binned view if too many.
 
     ``ranks`` limits the drawn lanes (the visible ones); lanes keep the overview's positions.
+    ``events``: a frame, or a function of (ranks, lo_ns, hi_ns) that reads those ranks' events
+    in that window, called only when bars are drawn (an app reads only the ranks zoomed into).
     """
     if tl is None or tl.height == 0:
         return None
@@ -196,6 +201,8 @@ def timeline_detail(
         return binned
     fig = go.Figure()
     n_bars = _state_bars(fig, seg, lane_of, t0)
+    if callable(events):
+        events = events(shown, lo, hi)
     ev_traces, n_events, ev_total = event_traces(events, lane_of, t0, lo, hi, max_events)
     for t in ev_traces:
         fig.add_trace(t)

@@ -52,5 +52,5 @@ def write_md(
                 lines += _md_table(t)
             elif nodata:
                 lines += [f"_{NO_DATA[nodata]}_", ""]
-        lines += _md_table(top_events(a.events))
+        lines += _md_table(top_events(a.event_totals))
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")

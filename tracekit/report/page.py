@@ -158,7 +158,7 @@ def html_doc(
                 parts.append(_html_table(t))
         if tables:
             parts.append("<h3>events</h3>")
-            parts.append(_html_table(top_events(a.events)))
+            parts.append(_html_table(top_events(a.event_totals)))
     parts.append("<p class='src'>written by tracekit</p></body></html>")
     return "\n".join(parts)
 

@@ -13,7 +13,6 @@ from typing import Any
 import polars as pl
 
 from tracekit.figures.compare import Run, compare_rows
-from tracekit.figures.lanes import EVENT_KINDS
 from tracekit.figures.pipeline import pipeline_theory_text
 from tracekit.figures.style import UNKNOWN, fmt_bytes, fmt_frac
 from tracekit.summary import Summary
@@ -89,18 +88,14 @@ def rank_table(summary: Summary) -> Table:
     return "per-rank breakdown", head, rows
 
 
-def top_events(events: pl.DataFrame | None, n: int = TOP_EVENTS) -> Table:
-    """The events with the most total time (names exactly as in the trace)."""
+def top_events(totals: pl.DataFrame | None, n: int = TOP_EVENTS) -> Table:
+    """The events with the most total time (names exactly as in the trace), from their totals
+    (tracekit.analyses.event_totals: count and total_ns per name, kind and device)."""
     head = ["name", "kind", "device", "count", "total s", "mean µs"]
-    if events is None or events.height == 0:
+    if totals is None or totals.height == 0:
         return "top events by total time", head, []
     t = (
-        events.filter(pl.col("kind").is_in(list(EVENT_KINDS)))
-        .group_by("name", "kind", "device")
-        .agg(
-            pl.len().alias("count"),
-            ((pl.col("end_ns") - pl.col("start_ns")).sum() * 1e-9).alias("total_s"),
-        )
+        totals.with_columns((pl.col("total_ns") * 1e-9).alias("total_s"))
         .sort("total_s", "name", descending=[True, False])
         .head(n)
     )
