@@ -1,4 +1,4 @@
-"""Reading traces ahead while `tracekit analyze` imports (tracekit.ingest.kineto_files.prefetch),
+"""Reading traces ahead while `tracekit analyze` imports (tracekit.ingest.read_ahead),
 and gunzip by libdeflate: the same bytes and the same events as a plain read, or a plain read."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from builders.traces import NCCL_DATA
 from conftest import run_cli
 
 from tracekit import analyze
-from tracekit.ingest import kineto_files, read_trace
+from tracekit.ingest import kineto_files, read_ahead, read_trace
 from tracekit.summary import encode
 
 
@@ -23,7 +23,7 @@ def ranks(tmp_path: Path) -> list[Path]:
     for f in files:
         shutil.copyfile(NCCL_DATA, f)
     yield files
-    kineto_files.discard_prefetched()
+    read_ahead.discard()
 
 
 def test_read_ahead_gives_a_plain_reads_events(ranks: list[Path]) -> None:
@@ -31,14 +31,14 @@ def test_read_ahead_gives_a_plain_reads_events(ranks: list[Path]) -> None:
     plain = [read_trace(f, rank=r) for r, f in enumerate(ranks)]
     kineto_files.prefetch(ranks).join(timeout=60)
     data = kineto_files.read_bytes(ranks[0])
-    assert kineto_files.take_scan(data) is not None, "the read-ahead's scan"
-    assert kineto_files.take_scan(data) is None, "handed out once"
+    assert read_ahead.take_scan(data) is not None, "the read-ahead's scan"
+    assert read_ahead.take_scan(data) is None, "handed out once"
     assert data == gzip.decompress(NCCL_DATA.read_bytes())
     kineto_files.prefetch(ranks).join(timeout=60)
     for r, f in enumerate(ranks):
         info, frame = read_trace(f, rank=r)
         assert frame.equals(plain[r][1]) and info == plain[r][0]
-    assert kineto_files.take_scan(data) is None
+    assert read_ahead.take_scan(data) is None
 
 
 def test_a_file_changed_after_reading_ahead_is_read_again(ranks: list[Path]) -> None:

@@ -4,7 +4,7 @@ Data flows one way: capture -> run folder -> ingest -> events -> timeline -> ana
 figures -> app/report. ``tracekit.analyze(path)`` runs the middle of that chain in one call.
 
 The public names are loaded on first use (PEP 562): ``import tracekit`` costs milliseconds, so
-`tracekit analyze` can start reading its traces (tracekit.ingest.kineto_files.prefetch) while
+`tracekit analyze` can start reading its traces (tracekit.ingest.read_ahead) while
 polars and the analyses are imported. The capture API (``profile``, ...) imports torch.
 """
 

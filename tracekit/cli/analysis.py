@@ -27,7 +27,7 @@ def _ranks_option(value: str | None):  # -> RankSet | None
 
 def _read_ahead(path: Path, cache: bool, cache_dir: Path | None, rank_selection: bool) -> None:
     """Start reading the traces this analysis will parse while polars and the analyses are
-    imported (tracekit.ingest.kineto_files.prefetch): when it reads every trace PATH names (no
+    imported (tracekit.ingest.read_ahead): when it reads every trace PATH names (no
     rank selection), those without a cache entry."""
     from tracekit import runfolder
     from tracekit.ingest import cache_paths, kineto_files
@@ -99,7 +99,7 @@ def analyze_cmd(
 ) -> None:
     """Analyse a run folder, a folder of Kineto traces, or one trace."""
     from tracekit.analysis_folder import check_out, default_out_dir, write_analysis
-    from tracekit.ingest import kineto_files
+    from tracekit.ingest import read_ahead
 
     t0 = time.perf_counter()
     target = out or default_out_dir(path)
@@ -114,9 +114,9 @@ def analyze_cmd(
         from tracekit import engines
         from tracekit.analyze import analyze  # polars and the analyses: the read-ahead's time
 
-        kineto_files.stop_prefetch()
+        read_ahead.stop()
         if engines.resolve(scheduler):  # the ranks are read where the engine runs them
-            kineto_files.discard_prefetched()
+            read_ahead.discard()
         with tables.err.status(f"analysing {path}"):
             result = analyze(
                 path,
@@ -128,10 +128,10 @@ def analyze_cmd(
                 align_clocks=align_clocks,
                 scheduler=scheduler,
             )
-            kineto_files.discard_prefetched()
+            read_ahead.discard()
             target = write_analysis(result, target)
     finally:
-        kineto_files.discard_prefetched()
+        read_ahead.discard()
     for w in result.typed_summary.warnings:
         tables.err.print(
             f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True

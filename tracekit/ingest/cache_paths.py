@@ -1,7 +1,7 @@
 """Where a trace's cache entry lives (tracekit.ingest.cache): names only, no polars.
 
 Apart from the cache itself, `tracekit analyze` reads these before polars is loaded, to know
-which traces it will parse (tracekit.ingest.kineto_files.prefetch).
+which traces it will parse (tracekit.ingest.read_ahead).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.events import DType
-from tracekit.ingest import kineto_files
+from tracekit.ingest import read_ahead
 
 try:
     from tracekit.ingest import _kscan
@@ -279,7 +279,7 @@ def _decoded_fast(data: JsonBytes, path: Path) -> Decoded | None:
     the msgspec path then reads it, or says what is wrong)."""
     if _kscan is None:
         return None
-    scanned = kineto_files.take_scan(data) or _kscan.scan(data)
+    scanned = read_ahead.take_scan(data) or _kscan.scan(data)
     if scanned is None:
         return None
     _, strings, capsules, spans = scanned

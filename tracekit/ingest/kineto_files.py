@@ -6,12 +6,8 @@ a gzip bomb or a lying trailer stops at the limit: docs/bad-input.md). Only regu
 read (a FIFO must not block us). :func:`read_head` reads the first 64 KB of JSON, for the
 readers that look at a trace without parsing it (rank selection, foreign JSON files).
 
-Read-ahead (:func:`prefetch`): `tracekit analyze` spends its first quarter second importing
-polars and the analyses, on one core. Meanwhile a thread reads, gunzips and scans (the C
-scanner, tracekit.ingest._kscan) the first traces it will parse: all three release the GIL, and
-none needs polars. :func:`read_bytes` then hands out the bytes read ahead (when the file is
-still the one that was read), and tracekit.ingest.kineto_decode takes their scan
-(:func:`take_scan`). Nothing here imports polars.
+:func:`read_bytes` hands out what :func:`prefetch` read ahead (tracekit.ingest.read_ahead), when
+it did. Nothing here imports polars.
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TracekitError
+from tracekit.ingest import read_ahead
 
 MAX_BYTES_ENV = "TRACEKIT_MAX_TRACE_BYTES"
 #: parsing holds about 6.7 bytes of memory per byte of JSON (peak RSS growth measured on
@@ -232,7 +229,7 @@ def read_bytes(path: Path) -> bytes | bytearray:
     """The file's JSON bytes (gunzipped when it starts with the gzip magic), refused before it
     is read when it is larger than :func:`max_trace_bytes` (for gzip: the size its trailer
     states, then the running output size). The bytes :func:`prefetch` read, when it did."""
-    ahead = _READ_AHEAD.take(path)
+    ahead = read_ahead.take(path)
     return ahead if ahead is not None else _read_now(path)
 
 
@@ -299,129 +296,6 @@ def read_head(path: Path, head_bytes: int = HEAD_BYTES) -> bytes | None:
     return head
 
 
-# --- read-ahead ----------------------------------------------------------------------------
-
-#: JSON read ahead at most (memory held until the parse takes it)
-PREFETCH_BYTES = 256 << 20
-
-
-def _identity(path: Path) -> tuple | None:
-    """What says a file is still the one read: device, inode, size, mtime, ctime."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-class _ReadAhead:
-    """Files planned for reading ahead, and what was read: one reader thread, in plan order.
-
-    A file is claimed once, by the thread or by :meth:`take` (a parse that comes first reads it
-    itself); a claimed file is waited for. Results are handed out once and dropped if the file
-    changed since (:func:`_identity`).
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.plan: list[str] = []  # not claimed yet
-        self.pending: dict[str, threading.Event] = {}  # claimed by the thread, being read
-        self.done: dict[str, tuple[tuple | None, bytes | bytearray | None, Any]] = {}
-        self.scans: dict[int, tuple[bytes | bytearray, Any]] = {}  # id(bytes) -> scan
-        self.stopped = threading.Event()
-
-    def start(self, paths: Sequence[Path], budget: int) -> threading.Thread:
-        with self.lock:
-            self.plan = [os.path.abspath(p) for p in paths]
-            self.stopped.clear()
-        thread = threading.Thread(
-            target=self._run, args=(budget,), name="tracekit-read-ahead", daemon=True
-        )
-        thread.start()
-        return thread
-
-    def _claim(self) -> tuple[str, threading.Event] | None:
-        with self.lock:
-            if self.stopped.is_set() or not self.plan:
-                return None
-            name = self.plan.pop(0)
-            self.pending[name] = threading.Event()
-            return name, self.pending[name]
-
-    def _run(self, budget: int) -> None:
-        try:
-            from tracekit.ingest import _kscan
-        except ImportError:  # built without a C compiler: read ahead, scan later
-            _kscan = None  # type: ignore[assignment]
-        read = 0
-        while read < budget and (claim := self._claim()) is not None:
-            name, event = claim
-            ident, data, scanned = _identity(Path(name)), None, None
-            try:
-                data = _read_now(Path(name))
-                scanned = _kscan.scan(data) if _kscan is not None else None
-                read += len(data)
-            except Exception:  # noqa: BLE001 - the parse reads it again and words the error
-                data = scanned = None
-            with self.lock:
-                self.done[name] = (ident, data, scanned)
-                del self.pending[name]
-            event.set()
-
-    def take(self, path: Path) -> bytes | bytearray | None:
-        """The bytes read ahead for PATH, or None (not planned, failed, or changed since)."""
-        name = os.path.abspath(path)
-        with self.lock:
-            if name in self.plan:
-                self.plan.remove(name)  # the thread has not started it: read it here
-                return None
-            event = self.pending.get(name)
-        if event is not None:
-            event.wait()
-        with self.lock:
-            ident, data, scanned = self.done.pop(name, (None, None, None))
-            if data is None or ident is None or ident != _identity(Path(name)):
-                return None
-            if scanned is not None:
-                self.scans[id(data)] = (data, scanned)
-            return data
-
-    def take_scan(self, data: bytes | bytearray) -> Any:
-        with self.lock:
-            held, scanned = self.scans.pop(id(data), (None, None))
-        return scanned if held is data else None
-
-    def stop(self) -> None:
-        with self.lock:
-            self.stopped.set()
-            self.plan.clear()
-
-    def discard(self) -> None:
-        self.stop()
-        with self.lock:
-            self.done.clear()
-            self.scans.clear()
-
-
-_READ_AHEAD = _ReadAhead()
-
-
-def prefetch(paths: Sequence[Path], budget: int = PREFETCH_BYTES) -> threading.Thread:
-    """Start reading PATHS ahead, in order, in a thread of their own (returned), until
-    :func:`stop_prefetch` or BUDGET bytes of JSON; :func:`read_bytes` hands them out."""
-    return _READ_AHEAD.start(paths, budget)
-
-
-def stop_prefetch() -> None:
-    """Start no further file (the one being read is finished and kept)."""
-    _READ_AHEAD.stop()
-
-
-def discard_prefetched() -> None:
-    """Drop whatever was read ahead and not taken."""
-    _READ_AHEAD.discard()
-
-
-def take_scan(data: bytes | bytearray) -> Any:
-    """The C scanner's result for DATA when the read-ahead scanned it (once), else None."""
-    return _READ_AHEAD.take_scan(data)
+def prefetch(paths: Sequence[Path], budget: int = read_ahead.PREFETCH_BYTES) -> threading.Thread:
+    """Start reading PATHS ahead (tracekit.ingest.read_ahead) as :func:`read_bytes` reads them."""
+    return read_ahead.start(paths, _read_now, budget)
