@@ -11,6 +11,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -118,13 +120,18 @@ def test_spilling_leaves_other_files_in_the_scratch_root(tmp_path, monkeypatch):
     root.mkdir()
     (root / "notes.txt").write_text("mine")
     (root / "tracekit-spill-not-ours").write_text("a file, not our folder")
+    (root / f"{PREFIX}999999999-0badc0de").mkdir()  # no such pid, but a shared root: kept
     monkeypatch.setenv("TRACEKIT_SPILL_DIR", str(root))
     monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", "0")
     result = analyze(SAMPLES / "dp", cache=False)
     assert result.summary["ranks"]
     del result
     gc.collect()
-    assert sorted(os.listdir(root)) == ["notes.txt", "tracekit-spill-not-ours"]
+    assert sorted(os.listdir(root)) == [
+        f"{PREFIX}999999999-0badc0de",
+        "notes.txt",
+        "tracekit-spill-not-ours",
+    ]
     assert (root / "notes.txt").read_text() == "mine"
 
 
@@ -179,3 +186,25 @@ def test_zooming_into_one_rank_reads_only_that_ranks_events(tmp_path, monkeypatc
     assert got.to_json() == want.to_json()
     assert sorted(read) == [1, 2, 3], read  # the lanes shown, each once
     assert "events" not in vars(spilled)  # every rank's events were never read
+
+
+def test_the_spill_of_a_killed_analysis_is_swept_by_the_next(tmp_path, monkeypatch):
+    """In this machine's temporary folder, spill folders of processes that are gone (a killed
+    analysis) go when the next analysis makes its own; a live process's and the rest stay."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("TRACEKIT_SPILL_DIR", raising=False)
+    monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", "0")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # reaped: its pid belongs to no process
+    gone = tmp_path / f"{PREFIX}{dead.pid}-0badc0de"
+    gone.mkdir()
+    (gone / "events-x.parquet").write_bytes(b"left by a killed analysis")
+    live = tmp_path / f"{PREFIX}1-0badc0de"  # pid 1 is alive
+    live.mkdir()
+    (tmp_path / "notes").mkdir()
+    result = analyze(SAMPLES / "dp", cache=False)
+    assert not gone.exists() and live.is_dir() and (tmp_path / "notes").is_dir()
+    assert len(_spill_folders(tmp_path)) == 2  # the live one, and ours while it is in use
+    del result
+    gc.collect()
+    assert _spill_folders(tmp_path) == [live.name]

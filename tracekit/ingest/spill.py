@@ -12,9 +12,12 @@ file spilled into the analysis's own scratch folder).
 written to its folder after that, so the driver's memory stops growing with the ranks. Ranks
 read in worker processes or on a Dask cluster always go to the folder (a frame returned to the
 driver would be held there); the folder must then be one the workers share with the driver
-(tracekit.engines picks the cache folder for a Dask cluster). The folder is ours
-(``tracekit-spill-*``, made by :func:`Spill.create`); :meth:`Spill.close` removes it and
-nothing else.
+(tracekit.analyze picks the cache folder for a Dask cluster). The folder is ours
+(``.tracekit-spill.tmp-<pid>-<token>``, tracekit.outputs' temporary name); :meth:`Spill.close`
+(or the end of the process) removes it and nothing else. An analysis killed before it could
+leaves it behind: in this machine's temporary folder, the next analysis removes those of
+processes that are gone (tracekit.outputs.sweep); a shared folder is not swept (another host's
+live analysis would look gone from here).
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from pathlib import Path
 
 import polars as pl
 
+from tracekit import outputs
 from tracekit.errors import TracekitError
 
 DEFAULT_BUDGET = 64 * 2**20
-PREFIX = "tracekit-spill-"
+PREFIX = ".tracekit-spill.tmp-"  # outputs.temp_name(root / "tracekit-spill", folder=True)
 
 
 def budget_from_env() -> int:
@@ -100,7 +104,11 @@ class Spill:
             if self._folder is None:
                 try:
                     self.root.mkdir(parents=True, exist_ok=True)
-                    self._folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=self.root))
+                    if self.root == Path(tempfile.gettempdir()):
+                        outputs.sweep(self.root)  # those of analyses killed on this machine
+                    folder = outputs.temp_name(self.root / "tracekit-spill", folder=True)
+                    folder.mkdir(mode=0o700)
+                    self._folder = folder
                 except OSError as exc:
                     raise TracekitError(
                         f"cannot make a scratch folder for per-rank results ({exc.strerror})",
