@@ -11,8 +11,9 @@ import polars as pl
 import pytest
 from builders.traces import NCCL_DATA
 
-from tracekit.analysis_folder import MARKER, _content_hash, write_analysis
+from tracekit.analysis_folder import MARKER, write_analysis
 from tracekit.analyze import analyze
+from tracekit.ingest.cache import content_hash
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +58,23 @@ def test_a_touched_file_or_other_writer_is_written_again(result, tmp_path: Path)
 
 def test_content_hash_sees_values_order_and_schema() -> None:
     a = pl.DataFrame({"x": [1, 2, 3], "y": ["a", None, "c"]})
-    assert _content_hash(a) == _content_hash(a.clone())
-    assert _content_hash(a) != _content_hash(a.reverse())
-    assert _content_hash(a) != _content_hash(a.with_columns(pl.col("x").cast(pl.Int32)))
-    assert _content_hash(a) != _content_hash(a.with_columns(y=pl.lit("a")))
-    assert _content_hash(a.head(0)) != _content_hash(a.head(0).cast({"x": pl.Int8}))
+    assert content_hash(a) == content_hash(a.clone())
+    assert content_hash(a) != content_hash(a.reverse())
+    assert content_hash(a) != content_hash(a.with_columns(pl.col("x").cast(pl.Int32)))
+    assert content_hash(a) != content_hash(a.with_columns(y=pl.lit("a")))
+    assert content_hash(a.head(0)) != content_hash(a.head(0).cast({"x": pl.Int8}))
+
+
+def test_a_ranks_events_are_its_cache_entry_when_the_same(tmp_path: Path) -> None:
+    """A first analysis links each rank's events file to the trace's cache entry when that
+    holds the very same table (no clock shift), and the file reads back as the rank's events."""
+    cache_dir = tmp_path / "cache"
+    result = analyze(NCCL_DATA, cache=True, cache_dir=cache_dir)
+    out = write_analysis(result, tmp_path / "a", cache_dir)
+    (entry,) = cache_dir.glob("*.events.parquet")
+    (rank,) = result.rank_tables()["events"]
+    events = out / "events" / f"rank{rank}.parquet"
+    assert events.stat().st_ino == entry.stat().st_ino
+    assert pl.read_parquet(events).equals(result.rank_tables()["events"][rank].collect())
+    other = write_analysis(result, tmp_path / "b")  # another cache folder: written, not linked
+    assert (other / "events" / f"rank{rank}.parquet").stat().st_ino != entry.stat().st_ino

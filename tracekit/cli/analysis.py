@@ -129,7 +129,7 @@ def analyze_cmd(
                 scheduler=scheduler,
             )
             read_ahead.discard()
-            target = write_analysis(result, target)
+            target = write_analysis(result, target, cache_dir)
     finally:
         read_ahead.discard()
     for w in result.typed_summary.warnings:
