@@ -5,12 +5,6 @@ per-rank tables (``events/``, ``timeline/``: one ``rank<R>.parquet`` each, writt
 a time, so writing never holds every rank's events) into a temporary folder beside ``out`` and
 renames it into place, so a reader never sees a half-written analysis; it replaces only an
 empty folder or an earlier analysis (``check_out``).
-
-Analysing an unchanged job again into its folder rewrites nothing it need not: the marker
-records each file's table content hash (:func:`_content_hash`: values, order and schema) and
-the file's size and mtime, and a table whose hash, file and writer are as recorded is
-hard-linked from the earlier analysis instead of encoded again (the events table was 0.2 s of
-a 0.9 s warm analysis of 8 x 30 MB ranks).
 """
 
 from __future__ import annotations
@@ -18,17 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracekit import outputs, runfolder
 from tracekit.errors import TracekitError
-from tracekit.ingest.cache_paths import candidates
+from tracekit.summary import encode
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from tracekit.analyze import Analysis
 
 
@@ -135,84 +126,9 @@ def _write_failed(out: Path, exc: BaseException) -> TracekitError:
     return _refuse(out, f"cannot write the analysis here ({outputs.reason(exc)})")
 
 
-def _writer() -> str:
-    """How tables are written: a file written by another polars or other settings is not reused."""
-    import polars as pl
-
-    return f"polars {pl.__version__} parquet zstd-1 no-statistics"
-
-
-def _earlier_files(out: Path) -> dict[str, dict]:
-    """The files OUT's marker records (hash, size, mtime_ns), when the same writer made them."""
-    try:
-        marker = json.loads((out / MARKER).read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(marker, dict) or marker.get("writer") != _writer():
-        return {}
-    tables = marker.get("tables")
-    return tables if isinstance(tables, dict) else {}
-
-
-def _link(old: Path, new: Path) -> bool:
-    try:
-        os.link(old, new)
-    except OSError:
-        return False
-    return True
-
-
-def _reuse(earlier: object, digest: str | None, old: Path, new: Path) -> bool:
-    """Hard-link OLD to NEW when it holds the table with DIGEST, untouched since it was written."""
-    if digest is None or not isinstance(earlier, dict) or earlier.get("hash") != digest:
-        return False
-    try:
-        st = old.stat()
-    except OSError:
-        return False
-    if (st.st_size, st.st_mtime_ns) != (earlier.get("size"), earlier.get("mtime_ns")):
-        return False
-    return _link(old, new)
-
-
-class _TableWriter:
-    """Writes tables as parquet into a new analysis folder, or links them from OUT's earlier
-    analysis when unchanged (:func:`_reuse`), or from a cache entry that holds the same table;
-    keeps what the marker records."""
-
-    def __init__(self, tmp: Path, out: Path) -> None:
-        self.tmp, self.out = tmp, out
-        self.earlier = _earlier_files(out) if out.is_dir() else {}
-        self.files = ["summary.json"]
-        self.tables: dict[str, dict] = {}
-
-    def write(self, name: str, frame: pl.DataFrame, entries: Sequence[Path] = ()) -> None:
-        """FRAME as NAME (``ranks.parquet``, ``events/rank0.parquet``) in the new folder;
-        ENTRIES: cache entries (tracekit.ingest.cache) that may hold the same table."""
-        from tracekit.ingest import cache  # polars: imported once the analysis has run
-
-        dest, digest = self.tmp / name, cache.content_hash(frame)
-        if not _reuse(self.earlier.get(name), digest, self.out / name, dest) and not any(
-            digest is not None and cache.recorded_content(e) == digest and _link(e, dest)
-            for e in entries
-        ):
-            # zstd level 1 without statistics: the events table is most of the writing
-            # time (0.47 -> 0.38 CPU-s for 650k rows), for files 10 % larger
-            frame.write_parquet(dest, compression_level=1, statistics=False)
-        st = dest.stat()
-        self.tables[name] = {"hash": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        self.files.append(name)
-
-    def marker(self) -> str:
-        marker = {"producer": "tracekit", "files": self.files}
-        return json.dumps(marker | {"writer": _writer(), "tables": self.tables}) + "\n"
-
-
-def write_analysis(result: Analysis, out: Path, cache_dir: Path | None = None) -> Path:
+def write_analysis(result: Analysis, out: Path) -> Path:
     """summary.json + <table>.parquet (+ the MARKER) into OUT, all or nothing; OUT is replaced
-    only when it is empty or an earlier analysis (check_out). A rank's events file is a link to
-    its trace's cache entry (in CACHE_DIR, default the per-user cache folder, or beside the
-    trace) when that holds the very same table (clocks not shifted)."""
+    only when it is empty or an earlier analysis (check_out)."""
     out = Path(out)
     check_out(out, result.path)
     if not outputs.writable(out.parent):
@@ -224,24 +140,20 @@ def write_analysis(result: Analysis, out: Path, cache_dir: Path | None = None) -
         tmp.mkdir()  # mode 0777 less the umask: an ordinary folder
     except OSError as exc:
         raise _write_failed(out, exc) from None
-    from tracekit.summary import encode  # msgspec and the schema: after the read-ahead starts
-
     try:
         (tmp / "summary.json").write_text(encode(result.typed_summary))
-        tables = _TableWriter(tmp, out)
+        files = ["summary.json"]
+        # zstd level 1 without statistics: the events table is most of the writing time
+        # (0.47 -> 0.38 CPU-s for 650k rows), for files 10 % larger
         for name, frame in result.tables().items():
-            tables.write(f"{name}.parquet", frame)
-        traces = {info.rank: info.path for info in result.infos}
+            frame.write_parquet(tmp / f"{name}.parquet", compression_level=1, statistics=False)
+            files.append(f"{name}.parquet")
         for name, per_rank in result.rank_tables().items():
             (tmp / name).mkdir()
             for rank, plan in per_rank.items():  # one rank in memory at a time
-                entries = (
-                    [e for e in candidates(traces[rank], cache_dir) if e.is_file()]
-                    if name == "events" and rank in traces
-                    else []
-                )
-                tables.write(f"{name}/rank{rank}.parquet", plan.collect(), entries)
-        (tmp / MARKER).write_text(tables.marker())
+                files.append(f"{name}/rank{rank}.parquet")
+                plan.collect().write_parquet(tmp / files[-1], compression_level=1, statistics=False)
+        (tmp / MARKER).write_text(json.dumps({"producer": "tracekit", "files": files}) + "\n")
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)

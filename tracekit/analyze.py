@@ -120,6 +120,14 @@ class Analysis:
         figures, reports and the app read its attributes. ``summary`` must not change after."""
         return to_struct(self.summary)
 
+    def close(self) -> None:
+        """Remove the scratch folder where ranks' events and timelines wait (tracekit.ingest.spill):
+        ``events``, ``timeline`` and the per-rank tables cannot be read after, unless already
+        read. Otherwise it goes when the Analysis does, or at the end of the process (a command
+        that leaves by ``os._exit`` must call this)."""
+        if self.job is not None and self.job.spill is not None:
+            self.job.spill.close()
+
     def tables(self) -> dict[str, pl.DataFrame]:
         """The frames written beside summary.json (the per-rank ones: :meth:`rank_tables`)."""
         return {"ranks": self.ranks, "collectives": self.collectives, **self.frames}

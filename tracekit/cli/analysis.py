@@ -129,7 +129,10 @@ def analyze_cmd(
                 scheduler=scheduler,
             )
             read_ahead.discard()
-            target = write_analysis(result, target, cache_dir)
+            try:
+                target = write_analysis(result, target)
+            finally:
+                result.close()  # the command leaves by os._exit: no finalizer would run
     finally:
         read_ahead.discard()
     for w in result.typed_summary.warnings:

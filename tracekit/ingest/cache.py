@@ -255,24 +255,6 @@ def _account(where: Path, added: int) -> None:
             _sizes[name] = evict(where)
 
 
-def content_hash(frame: pl.DataFrame) -> str | None:
-    """A table's identity: rows, schema and the wrapping sum of each row's hash with its
-    position (order counts); None for a table polars cannot hash. An entry records it, so that
-    a file holding the same table (tracekit.analysis_folder) can be a link to the entry."""
-    try:
-        rows = frame.with_row_index("_tracekit_row").hash_rows(seed=17).sum() if frame.height else 0
-    except Exception:  # noqa: BLE001 - a column type without a hash: no identity
-        return None
-    return f"{frame.height}:{rows}:{frame.schema!r}"
-
-
-def recorded_content(entry: Path) -> str | None:
-    """The content hash ENTRY's metadata records (:func:`content_hash`), or None."""
-    meta = read_meta(entry)
-    content = meta.get("content") if meta else None
-    return content if isinstance(content, str) else None
-
-
 def store(
     trace: Path,
     info: TraceInfo,
@@ -298,7 +280,6 @@ def store(
             "key": want,
             "path": resolved(trace),
             "info": json.loads(encode_info(info)),
-            "content": content_hash(frame),
         }
     )
     tmp = outputs.temp_name(dest)
