@@ -21,9 +21,7 @@ a worker that dies while running a task is retried by Dask on another worker (up
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import multiprocessing
 import os
 import sys
 from collections.abc import Iterator
@@ -74,7 +72,7 @@ def open_executor(
         pool: Executor = (
             ThreadPoolExecutor(n, thread_name_prefix="tracekit-rank")
             if chosen == "threads"
-            else ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+            else ProcessPoolExecutor(n, mp_context=_spawn_context())
         )
         with pool, _one_line(info):
             yield pool, info
@@ -91,6 +89,18 @@ def open_executor(
         finally:
             with suppress(Exception):  # a scheduler that is gone: nothing to disconnect from
                 client.close(timeout=connect_timeout)
+
+
+def _spawn_context() -> Any:
+    import multiprocessing  # here: a plain analysis never starts a process
+
+    return multiprocessing.get_context("spawn")
+
+
+def _run_async(coroutine: Any) -> Any:
+    import asyncio  # here: only a Dask engine needs it (30-80 ms to import)
+
+    return asyncio.run(coroutine)
 
 
 def _check_versions(client: Any, address: str) -> None:
@@ -164,7 +174,7 @@ def _connect(address: str, timeout: float) -> Any:
 
     with ThreadPoolExecutor(1, thread_name_prefix="tracekit-dask-probe") as probe:
         try:
-            probe.submit(asyncio.run, reach()).result(timeout + 5)
+            probe.submit(_run_async, reach()).result(timeout + 5)
         except Exception as err:  # any failure to reach it is the user's one line
             raise problem(err) from None
     try:
