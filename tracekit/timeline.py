@@ -82,7 +82,9 @@ def marker_warnings(events: pl.DataFrame) -> list[str]:
 def runloop_threads(events: pl.DataFrame) -> pl.DataFrame:
     """(rank, pid, tid) of gloo runloop threads: named so, or carrying only gloo collective spans."""
     cpu = events.filter(pl.col("device") == "cpu")
-    named = cpu.filter(pl.col("thread_name").fill_null("").str.contains(RUNLOOP_THREAD))
+    named = cpu.filter(
+        pl.col("thread_name").fill_null("").str.contains(RUNLOOP_THREAD, literal=True)
+    )
     is_gloo_coll = pl.col("name").str.starts_with("gloo:") & ~pl.col("name").is_in(
         ["gloo:send", "gloo:recv"]
     )
@@ -244,6 +246,8 @@ def _ops_inside(ops: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
 
 def _with_runloop(cpu: pl.DataFrame) -> pl.DataFrame:
     loops = runloop_threads(cpu).with_columns(pl.lit(True).alias("runloop"))
+    if loops.height == 0:  # NCCL traces have none: no join of every CPU event with nothing
+        return cpu.with_columns(pl.lit(False).alias("runloop"))
     return cpu.join(loops, on=["rank", "pid", "tid"], how="left").with_columns(
         pl.col("runloop").fill_null(False)
     )
