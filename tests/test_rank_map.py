@@ -61,8 +61,8 @@ def test_spilled_ranks_give_the_held_summary_and_tables(path, tmp_path, monkeypa
     whole = event_totals(held.events).sort(key)
     assert whole.height and spilled.event_totals.sort(key).equals(whole)
     assert held.event_totals.sort(key).equals(whole)
-    for rank in spilled.timeline_at:  # zooming into one rank reads only its own timeline
-        assert spilled.rank_timeline(rank).equals(held.timeline.filter(pl.col("rank") == rank))
+    for rank, ref in spilled.timeline_at.items():  # one rank's timeline is a file of its own
+        assert ref.read().equals(held.timeline.filter(pl.col("rank") == rank))
     out_a, out_b = write_analysis(held, tmp_path / "a"), write_analysis(spilled, tmp_path / "b")
     for name in ("events", "timeline"):  # one file per rank, read as one
         ranks = sorted(spilled.timeline_at)
@@ -89,7 +89,7 @@ def test_a_budget_of_one_rank_mixes_held_and_spilled_ranks(tmp_path, monkeypatch
     together in rank order whatever the split."""
     path = SAMPLES / "pp-1f1b"  # p2p transfers: each rank's split needs its peers' times
     held = analyze(path, cache=False)
-    one_rank = max(ref.nbytes for ref in held.events_at.values())
+    one_rank = max(ref.read().estimated_size() for ref in held.events_at.values())
     monkeypatch.setenv("TRACEKIT_SPILL_DIR", str(tmp_path))
     monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", str(one_rank))
     mixed = analyze(path, cache=False)
@@ -106,7 +106,7 @@ def test_the_driver_keeps_slim_events_only(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEKIT_MEMORY_BUDGET", "0")
     job = load(Path(__file__).parent / "data" / "gpu" / "dp-cuda-nccl", cache=False)
     assert all(ref.frame is None for ref in job.rank_events.values())
-    whole = job.all_events()
+    whole = pl.concat([ref.read() for ref in job.rank_events.values()])
     assert whole.height > 20 * job.events.height, (whole.height, job.events.height)
     kinds = set(job.events["kind"].unique().to_list())
     assert "compute" not in kinds and "runtime" not in kinds, kinds

@@ -117,14 +117,6 @@ class Job:
     warnings: tuple[str, ...] = ()
     """What loading found missing, dropped or guessed, one line each, in the order found."""
 
-    def all_events(self) -> pl.DataFrame:
-        """Every event of every rank read, in rank order (read back from where they wait:
-        as big as the traces; the analysis itself never asks for it)."""
-        from tracekit.events import empty_events
-
-        frames = [self.rank_events[i.rank].read() for i in self.infos if i.rank in self.rank_events]
-        return pl.concat(frames, how="vertical", rechunk=False) if frames else empty_events()
-
     @property
     def ranks(self) -> list[int]:
         """The ranks read, in order."""

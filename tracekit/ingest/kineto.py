@@ -101,11 +101,11 @@ def _parse_one(
         return read_trace(path)
     want = trace_cache.key(path)
     info, frame = read_trace(path)
-    _store(path, info, frame, cache_dir, want, writer)
+    store_entry(path, info, frame, cache_dir, want, writer)
     return info, frame
 
 
-def _store(
+def store_entry(
     path: Path,
     info: TraceInfo,
     frame: pl.DataFrame,
@@ -156,7 +156,7 @@ def parse_ranks(
     keys = [trace_cache.key(Path(p)) for p in paths] if store else []
     results = list(executor.map(parse_rank, [str(p) for p in paths]))
     for p, want, (info, frame) in zip(paths, keys, results):
-        _store(Path(p), info, frame, cache_dir, want, writer)
+        store_entry(Path(p), info, frame, cache_dir, want, writer)
     return results
 
 

@@ -25,8 +25,10 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.errors import TracekitError
 from tracekit.ingest import cache as trace_cache
 from tracekit.ingest import foreign, kineto
+from tracekit.ingest.cache_paths import candidates
 from tracekit.ingest.kineto import _check_ranks, _default_workers, _idle_cpus, _spawn_can_start
 from tracekit.ingest.kineto_files import pin_mmap_threshold
 from tracekit.ingest.kineto_info import TraceInfo
@@ -69,7 +71,7 @@ def digest(info: TraceInfo, frame: pl.DataFrame, events: EventsRef) -> RankScan:
 
 def _scan(
     trace: Path,
-    place: Callable[[], str],
+    folder: Callable[[], str | Path],
     hold: Callable[[int], bool],
     cache_dir: Path | None,
     use_cache: bool,
@@ -79,27 +81,24 @@ def _scan(
     """Read TRACE: from its matching cache entry when ``use_cache`` finds one (beside it, a
     rank's ingest at source, or in the cache folder: then the entry is where its events wait),
     else parsed. Its events are held when ``hold`` (the driver's budget) takes their size, else
-    kept in the cache entry written for it (``store``) or in a new file at ``place()``."""
+    kept in the cache entry written for it (``store``) or in a new file in ``folder()`` (made
+    on first use)."""
     if use_cache:
         found = trace_cache.lookup(trace, cache_dir)
         loaded = trace_cache.load(trace, cache_dir, want=found[1]["key"]) if found else None
         if found and loaded is not None:
             info, frame = loaded
-            nbytes = int(frame.estimated_size())
-            held = hold(nbytes)
-            ref = EventsRef(frame=frame, nbytes=nbytes) if held else EventsRef(path=str(found[0]))
+            held = hold(int(frame.estimated_size()))
+            ref = EventsRef(frame=frame) if held else EventsRef(path=str(found[0]))
             return digest(info, frame, ref)
     want = trace_cache.key(trace) if store else None
     info, frame = kineto.read_trace(trace)
-    nbytes = int(frame.estimated_size())
-    if hold(nbytes):
-        if store and writer is not None:  # held, and the entry written in the background
-            writer.submit(trace_cache.store, trace, info, frame, cache_dir, want)
-        elif store:
-            trace_cache.store(trace, info, frame, cache_dir, want)
-        return digest(info, frame, EventsRef(frame=frame, nbytes=nbytes))
+    if hold(int(frame.estimated_size())):
+        if store:  # held, and the entry written (in the background when there is a writer)
+            kineto.store_entry(trace, info, frame, cache_dir, want, writer)
+        return digest(info, frame, EventsRef(frame=frame))
     entry = trace_cache.store(trace, info, frame, cache_dir, want) if store else None
-    ref = EventsRef(path=str(entry)) if entry is not None else write(frame, place())
+    ref = EventsRef(path=str(entry)) if entry is not None else write(frame, folder(), "events")
     return digest(info, frame, ref)
 
 
@@ -115,17 +114,11 @@ def scan_file(
     (a scratch folder the driver shares): nothing of them comes back but the slim rows."""
     pin_mmap_threshold()
     where = Path(cache_dir) if cache_dir else None
-    return _scan(Path(path), lambda: _spill_name(folder), _never, where, use_cache, store)
+    return _scan(Path(path), lambda: folder, _never, where, use_cache, store)
 
 
 def _never(nbytes: int) -> bool:
     return False
-
-
-def _spill_name(folder: str) -> str:
-    import uuid
-
-    return str(Path(folder) / f"events-{uuid.uuid4().hex}.parquet")
 
 
 def scan_traces(
@@ -145,36 +138,35 @@ def scan_traces(
     ``workers`` (default: kineto's rule, three idle CPUs and 16 MiB of trace) says so.
     ``cache``/``cache_dir``/``cache_writer``: as tracekit.ingest.kineto.read_traces.
     """
-    from tracekit.errors import TracekitError
-
     paths = [Path(p) for p in paths]
     if not paths:
         raise TracekitError("no trace files to read")
-    found: dict[Path, RankScan] = {}
-    todo = list(paths)
     store, use_cache = cache is True, cache is not False
-    n = min(workers if workers is not None else _default_workers(todo), len(todo))
-    if todo and executor is None and n > 1 and _spawn_can_start():
+    # worker processes pay off for parsing, not for reading cache entries back
+    unparsed = [
+        p for p in paths if not (use_cache and any(e.is_file() for e in candidates(p, cache_dir)))
+    ]
+    n = min(workers if workers is not None else _default_workers(unparsed), len(paths))
+    if executor is not None:
+        scans = _remote(executor, paths, spill, cache_dir, use_cache, store)
+    elif n > 1 and _spawn_can_start():
         from tracekit.engines import open_executor
 
         with open_executor("processes", n) as (pool, _):
-            found.update(zip(todo, _remote(pool, todo, spill, cache_dir, use_cache, store)))
-        todo = []
-    if todo and executor is not None:
-        found.update(zip(todo, _remote(executor, todo, spill, cache_dir, use_cache, store)))
-    elif todo:
+            scans = _remote(pool, paths, spill, cache_dir, use_cache, store)
+    else:
         pin_mmap_threshold()
-        threads = max(1, min(len(todo), _idle_cpus()))
+        threads = max(1, min(len(paths), _idle_cpus()))
         with ThreadPoolExecutor(threads, thread_name_prefix="tracekit-parse") as pool:
-            read = pool.map(
-                lambda p: _scan(
-                    p, lambda: spill.name("events"), spill.hold, cache_dir, use_cache, store,
-                    cache_writer,
-                ),
-                todo,
+            scans = list(
+                pool.map(
+                    lambda p: _scan(
+                        p, lambda: spill.folder, spill.hold, cache_dir, use_cache, store,
+                        cache_writer,
+                    ),
+                    paths,
+                )
             )  # fmt: skip
-            found.update(zip(todo, read))
-    scans = [found[p] for p in paths]
     _check_ranks([s.info for s in scans])
     chosen = foreign.select_traces([(s.info, s) for s in scans], [s.facts for s in scans])
     # select_traces notes on the info the files of a rank it chose among

@@ -26,6 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
+import uuid
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +64,6 @@ class EventsRef:
     """The frame itself, when it is held in memory."""
     path: str | None = None
     """A parquet file holding it (a string: it crosses to Dask workers as it is)."""
-    nbytes: int = 0
-    """Its size in memory (polars' estimate), counted against the driver's budget when held."""
 
     def read(self) -> pl.DataFrame:
         """The frame; a one-line TracekitError when its file has gone (a cache entry evicted
@@ -95,11 +94,10 @@ class Spill:
         self._lock = threading.Lock()
         self._folder: Path | None = None
         self._finalizer: weakref.finalize | None = None
-        self._count = 0
 
     @property
     def folder(self) -> Path:
-        """The scratch folder, made on first use (``tracekit-spill-*`` under the root)."""
+        """The scratch folder, made on first use (:data:`PREFIX` under the root)."""
         with self._lock:
             if self._folder is None:
                 try:
@@ -125,28 +123,17 @@ class Spill:
             self._held += nbytes
             return True
 
-    def name(self, stem: str) -> str:
-        """A new file name in the folder (unique within this spill)."""
-        with self._lock:
-            self._count += 1
-            n = self._count
-        return str(self.folder / f"{stem}-{n}.parquet")
-
-    def put(self, frame: pl.DataFrame, stem: str) -> EventsRef:
-        """FRAME held in memory when the budget allows, else written to the folder."""
-        nbytes = int(frame.estimated_size())
-        if self.hold(nbytes):
-            return EventsRef(frame=frame, nbytes=nbytes)
-        return write(frame, self.name(stem))
-
     def close(self) -> None:
-        """Remove the scratch folder (only it: a ``tracekit-spill-*`` folder made here)."""
+        """Remove the scratch folder (only it: the :data:`PREFIX` folder made here)."""
         if self._finalizer is not None:
             self._finalizer()
 
 
-def write(frame: pl.DataFrame, path: str) -> EventsRef:
-    """FRAME written to PATH (lz4: as fast to write as none, a third of the size)."""
+def write(frame: pl.DataFrame, folder: str | Path, stem: str) -> EventsRef:
+    """FRAME written to a new file ``<stem>-<random>.parquet`` in FOLDER (a spill folder, which
+    tasks on several machines may write into at once: the name is random, not counted), lz4:
+    as fast to write as none, a third of the size."""
+    path = str(Path(folder) / f"{stem}-{uuid.uuid4().hex}.parquet")
     try:
         frame.write_parquet(path, compression="lz4", statistics=False)
     except OSError as exc:
