@@ -70,11 +70,7 @@ class Analysis:
 
     def rank_events(self, rank: int) -> pl.LazyFrame:
         """One rank's events, clocks aligned, as a lazy plan over where they wait."""
-        plan = self.events_at[rank].lazy()
-        shift = self.shifts.get(rank, 0)
-        if shift:  # tracekit.clock.align's shift of this rank
-            plan = plan.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
-        return plan
+        return clock.shifted(self.events_at[rank].lazy(), {rank: self.shifts.get(rank, 0)})
 
     def rank_tables(self) -> dict[str, dict[int, pl.LazyFrame]]:
         """The per-rank tables (written as <name>/rank<R>.parquet): every rank's events and
@@ -88,25 +84,14 @@ class Analysis:
     def events(self) -> pl.DataFrame:
         """Every event of the ranks analysed, clocks aligned: read back when first asked for
         (the report's top events, Perfetto export, predict), as big as the traces."""
-        plans = [self.rank_events(r) for r in self.events_at]
-        if not plans:
-            from tracekit.events import empty_events
+        from tracekit.events import EVENT_SCHEMA
 
-            return empty_events()
-        return pl.concat(plans, how="vertical").collect()
+        return _collect([self.rank_events(r) for r in self.events_at], EVENT_SCHEMA)
 
     @cached_property
     def timeline(self) -> pl.DataFrame:
         """Merged state segments of every rank: rank, start_ns, end_ns, state."""
-        plans = [ref.lazy() for ref in self.timeline_at.values()]
-        if not plans:
-            return pl.DataFrame(schema=TIMELINE_SCHEMA)
-        return pl.concat(plans, how="vertical").collect()
-
-    def rank_timeline(self, rank: int) -> pl.DataFrame:
-        """One rank's merged timeline, read alone (zooming into a rank reads only its own)."""
-        ref = self.timeline_at.get(rank)
-        return ref.read() if ref is not None else pl.DataFrame(schema=TIMELINE_SCHEMA)
+        return _collect([ref.lazy() for ref in self.timeline_at.values()], TIMELINE_SCHEMA)
 
     @cached_property
     def event_totals(self) -> pl.DataFrame:
@@ -131,6 +116,13 @@ class Analysis:
     def tables(self) -> dict[str, pl.DataFrame]:
         """The frames written beside summary.json (the per-rank ones: :meth:`rank_tables`)."""
         return {"ranks": self.ranks, "collectives": self.collectives, **self.frames}
+
+
+def _collect(plans: list[pl.LazyFrame], schema: Mapping[str, Any]) -> pl.DataFrame:
+    """The ranks' plans read into one frame, in order (empty, with SCHEMA, without any)."""
+    if not plans:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(plans, how="vertical").collect()
 
 
 def analyze(
@@ -264,7 +256,7 @@ def assemble(inp: SectionInput, results: Mapping[str, SectionResult]) -> Analysi
         ranks=frames.pop("ranks"),
         collectives=inp.collectives,
         events_at={i.rank: job.rank_events[i.rank] for i in inp.infos},
-        timeline_at=dict(inp.per_rank.timelines),
+        timeline_at=dict(inp.per_rank.timeline),
         shifts=clock.applied_offsets(inp.clock),
         totals=inp.per_rank.event_totals,
         infos=inp.infos,

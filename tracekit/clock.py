@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -172,13 +172,23 @@ def align(
         return events, sources, est, warnings
     offsets = {int(r): v for r, v in est["offsets_ns"].items() if v}
     if offsets:
-        shift = (
-            pl.col("rank").cast(pl.Int64).replace_strict(offsets, default=0, return_dtype=pl.Int64)
-        )
-        events = events.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
+        events = shifted(events, offsets)
         sources = _shift_records(sources, offsets)
     est["applied"] = True
     return events, sources, est, warnings
+
+
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
+
+
+def shifted(events: Frame, offsets: Mapping[int, int]) -> Frame:
+    """EVENTS with each rank's times moved back by its offset (ns; ranks not in OFFSETS stay):
+    the one shift :func:`align` applies, also to a rank's events read later on their own."""
+    moving = {r: off for r, off in offsets.items() if off}
+    if not moving:
+        return events
+    shift = pl.col("rank").cast(pl.Int64).replace_strict(moving, default=0, return_dtype=pl.Int64)
+    return events.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
 
 
 def applied_offsets(summary: dict[str, Any] | None) -> dict[int, int]:

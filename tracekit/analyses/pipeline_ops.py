@@ -285,13 +285,14 @@ def _assign_steps(ops: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
 
 def pipeline_ops(
     events: pl.DataFrame, markers: pl.DataFrame
-) -> tuple[pl.DataFrame, dict[int, list[tuple[int, int]]], str | None]:
-    """(ops frame with busy_ns and staleness, busy pieces per rank, source) from the events."""
+) -> tuple[pl.DataFrame, dict[int, list[tuple[int, int]]], set[tuple[int, int]]]:
+    """(ops frame with busy_ns and staleness, busy pieces per rank, the blocking receives of
+    :func:`blocking_comm`) from the events; where the ops come from: :func:`ops_source`."""
     raw = _raw_ops(events)
     if raw.height == 0:
-        return pl.DataFrame(schema=OPS_SCHEMA), {}, None
+        return pl.DataFrame(schema=OPS_SCHEMA), {}, set()
     raw = _compute_extent(raw, events)
-    holes, _ = blocking_comm(events)
+    holes, blocking = blocking_comm(events)
     rows: list[dict[str, Any]] = []
     pieces_by_rank: defaultdict[int, list[tuple[int, int]]] = defaultdict(list)
     for op in raw.iter_rows(named=True):
@@ -314,7 +315,7 @@ def pipeline_ops(
         )
     ops = pl.DataFrame(rows, schema={**raw.schema, "busy_ns": pl.Int64})
     ops = _assign_steps(ops, markers)
-    return ops, {r: sorted(v) for r, v in pieces_by_rank.items()}, ops_source(ops)
+    return ops, {r: sorted(v) for r, v in pieces_by_rank.items()}, blocking
 
 
 def ops_source(ops: pl.DataFrame) -> str | None:

@@ -22,8 +22,8 @@ import polars as pl
 
 from tracekit import clock, timeline
 from tracekit.analyses import collectives, groups
-from tracekit.analyses.rank_map import RankResult, RankTask, map_ranks
-from tracekit.analyses.section import PerRank, SectionInput
+from tracekit.analyses.rank_map import RankResult, RankTask, combine, map_ranks
+from tracekit.analyses.section import SectionInput
 from tracekit.errors import TracekitError
 from tracekit.ingest.job import Job
 
@@ -55,9 +55,8 @@ def prepare(
     markers = timeline.step_markers(events)
 
     tasks = _tasks(job, shifts, gpu_ranks, raw[0], markers, nodes)
-    results = list((map_fn or map)(map_ranks, tasks))
-    windows = pl.concat([r.windows for r in results]).sort("rank")
-    empty = sorted(r for res in results for r in res.empty)
+    per_rank = combine(list((map_fn or map)(map_ranks, tasks)))
+    windows, empty = per_rank.windows, per_rank.empty
     if not windows.height:
         raise TracekitError(
             "the traces hold no compute or communication events: nothing to analyse", job.path
@@ -81,7 +80,7 @@ def prepare(
         markers=markers,
         collectives=coll,
         nodes=nodes,
-        per_rank=PerRank.of(results),
+        per_rank=per_rank,
         clock=clock_summary,
         warnings=tuple(warnings),
     )

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracekit import timeline
+from tracekit import clock, timeline
 from tracekit.analyses import collectives, overlap, pipeline_ops
 from tracekit.analyses.breakdown import rank_breakdown
-from tracekit.analyses.event_totals import event_totals
+from tracekit.analyses.event_totals import event_totals, reduce_totals
 from tracekit.ingest.spill import EventsRef, write
 
 
@@ -57,29 +57,57 @@ class RankTask:
 
 @dataclass(frozen=True)
 class RankResult:
-    """What a batch gives back (module docstring)."""
+    """What a batch gives back (module docstring); :func:`combine` puts every batch's together."""
 
     windows: pl.DataFrame
+    """Each rank's analysis window (tracekit.timeline.analysis_windows), the empty ones left out."""
     breakdown: pl.DataFrame
+    """summary.json ``ranks[]`` rows (tracekit.analyses.breakdown.rank_breakdown)."""
     overlap_units: pl.DataFrame
+    """One row per all-gather / reduce-scatter call per rank (tracekit.analyses.overlap)."""
     pipeline_ops: pl.DataFrame
+    """Pipeline ops per rank (tracekit.analyses.pipeline_ops)."""
     pipeline_pieces: dict[int, list[tuple[int, int]]]
+    """rank -> the busy pieces of its pipeline ops, sorted."""
     blocking: frozenset[tuple[int, int]]
+    """(rank, start_ns) of receives that block (no compute inside their span)."""
     event_totals: pl.DataFrame
+    """count and total_ns per event name, kind and device (tracekit.analyses.event_totals)."""
     timeline: dict[int, EventsRef]
+    """rank -> where its merged timeline waits (rank, start_ns, end_ns, state)."""
     empty: list[int] = field(default_factory=list)
+    """Ranks without any compute or communication event in their window."""
+
+
+def combine(results: list[RankResult]) -> RankResult:
+    """The batches' results put together in rank order (a batch's ranks are in order; which
+    ranks share a batch depends on the memory budget, so the rows are sorted by rank)."""
+    pieces: dict[int, list[tuple[int, int]]] = {}
+    timelines: dict[int, EventsRef] = {}
+    for r in results:
+        pieces.update(r.pipeline_pieces)
+        timelines.update(r.timeline)
+
+    def cat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+        return pl.concat(frames, how="vertical").sort("rank", maintain_order=True).rechunk()
+
+    return RankResult(
+        windows=cat([r.windows for r in results]),
+        breakdown=cat([r.breakdown for r in results]),
+        overlap_units=cat([r.overlap_units for r in results]),
+        pipeline_ops=cat([r.pipeline_ops for r in results]),
+        pipeline_pieces=pieces,
+        blocking=frozenset().union(*(r.blocking for r in results)),
+        event_totals=reduce_totals([r.event_totals for r in results]),
+        timeline=dict(sorted(timelines.items())),
+        empty=sorted(rank for r in results for rank in r.empty),
+    )
 
 
 def _events(task: RankTask) -> pl.DataFrame:
     frames = [ref.read() for ref in task.events]
     events = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
-    offsets = {r: off for r, off in task.shifts.items() if off}
-    if offsets:  # tracekit.clock.align's shift, for these ranks
-        shift = (
-            pl.col("rank").cast(pl.Int64).replace_strict(offsets, default=0, return_dtype=pl.Int64)
-        )
-        events = events.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
-    return events
+    return clock.shifted(events, task.shifts)
 
 
 def map_ranks(task: RankTask) -> RankResult:
@@ -101,8 +129,7 @@ def map_ranks(task: RankTask) -> RankResult:
     mine = task.calls.filter(pl.col("rank").is_in(task.ranks))
     coll, _ = collectives.collectives_table((mine, []), kept)
     units = overlap.overlap_units(events, coll, seg, gpu)
-    ops, pieces, _ = pipeline_ops.pipeline_ops(events, task.markers)
-    blocking = pipeline_ops.blocking_comm(events)[1] if ops.height else set()
+    ops, pieces, blocking = pipeline_ops.pipeline_ops(events, task.markers)
     return RankResult(
         windows=kept,
         breakdown=rank_breakdown(seg, kept, task.markers, task.nodes),
@@ -118,14 +145,10 @@ def map_ranks(task: RankTask) -> RankResult:
 
 def _keep(frame: pl.DataFrame, task: RankTask) -> dict[int, EventsRef]:
     """Each rank's merged timeline, held (its events are) or written into the spill folder."""
-    import uuid
-
     parts = frame.partition_by("rank", as_dict=True, maintain_order=True)
-    out = {}
-    for (rank,), part in parts.items():
-        out[int(rank)] = (
-            EventsRef(frame=part)
-            if task.folder is None
-            else write(part, f"{task.folder}/timeline-{uuid.uuid4().hex}.parquet")
-        )
-    return out
+    return {
+        int(rank): EventsRef(frame=part)
+        if task.folder is None
+        else write(part, task.folder, "timeline")
+        for (rank,), part in parts.items()
+    }

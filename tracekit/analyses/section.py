@@ -4,7 +4,7 @@ A section is a pure function: it reads the Job (tracekit.ingest.job: what was lo
 frames of the timeline step (tracekit.analyses.prepare), never a file, and returns its summary
 value, the frames written beside summary.json, and its warnings. tracekit.analyses.registry
 lists them. Sections are the cross-rank reduce: what needs a rank's every event was computed
-per rank by the map (tracekit.analyses.rank_map) and reaches them as :class:`PerRank`.
+per rank by the map (tracekit.analyses.rank_map) and reaches them as ``per_rank``.
 """
 
 from __future__ import annotations
@@ -15,61 +15,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
-from tracekit.analyses.event_totals import reduce_totals
 from tracekit.ingest.job import Job
 
 if TYPE_CHECKING:
     from tracekit.analyses.rank_map import RankResult
     from tracekit.ingest.kineto_info import TraceInfo
     from tracekit.ingest.run_record import RunRecord
-    from tracekit.ingest.spill import EventsRef
 
 #: a section's summary.json value: an object, a list of rows (``ranks``), or None (nothing for it)
 SummaryValue = dict[str, Any] | list[dict[str, Any]] | None
-
-
-@dataclass(frozen=True)
-class PerRank:
-    """The map's results (tracekit.analyses.rank_map), every batch's put together in rank order."""
-
-    breakdown: pl.DataFrame
-    """summary.json ``ranks[]`` rows (tracekit.analyses.breakdown.rank_breakdown)."""
-    overlap_units: pl.DataFrame
-    """One row per all-gather / reduce-scatter call per rank (tracekit.analyses.overlap)."""
-    pipeline_ops: pl.DataFrame
-    """Pipeline ops per rank (tracekit.analyses.pipeline_ops)."""
-    pipeline_pieces: dict[int, list[tuple[int, int]]]
-    """rank -> the busy pieces of its pipeline ops, sorted."""
-    blocking: frozenset[tuple[int, int]]
-    """(rank, start_ns) of receives that block (no compute inside their span)."""
-    event_totals: pl.DataFrame
-    """count and total_ns per event name, kind and device over the ranks analysed
-    (tracekit.analyses.event_totals)."""
-    timelines: dict[int, EventsRef] = field(default_factory=dict)
-    """rank -> where its merged timeline waits (rank, start_ns, end_ns, state)."""
-
-    @classmethod
-    def of(cls, results: list[RankResult]) -> PerRank:
-        """The batches' results put together in rank order (a batch's ranks are in order; which
-        ranks share a batch depends on the memory budget, so the rows are sorted by rank)."""
-        pieces: dict[int, list[tuple[int, int]]] = {}
-        timelines: dict[int, EventsRef] = {}
-        for r in results:
-            pieces.update(r.pipeline_pieces)
-            timelines.update(r.timeline)
-
-        def cat(frames: list[pl.DataFrame]) -> pl.DataFrame:
-            return pl.concat(frames, how="vertical").sort("rank", maintain_order=True).rechunk()
-
-        return cls(
-            breakdown=cat([r.breakdown for r in results]),
-            overlap_units=cat([r.overlap_units for r in results]),
-            pipeline_ops=cat([r.pipeline_ops for r in results]),
-            pipeline_pieces=pieces,
-            blocking=frozenset().union(*(r.blocking for r in results)),
-            event_totals=reduce_totals([r.event_totals for r in results]),
-            timelines=dict(sorted(timelines.items())),
-        )
 
 
 @dataclass(frozen=True)
@@ -92,8 +46,9 @@ class SectionInput:
     (tracekit.analyses.collectives)."""
     nodes: dict[int, int]
     """rank -> node of the ranks analysed."""
-    per_rank: PerRank
-    """What the per-rank map computed from each rank's every event."""
+    per_rank: RankResult
+    """What the per-rank map computed from each rank's every event, over every rank
+    (tracekit.analyses.rank_map.combine)."""
     clock: dict[str, Any] | None = None
     """summary.json ``clock``: offsets between hosts, and whether they were applied."""
     warnings: tuple[str, ...] = ()
