@@ -10,11 +10,11 @@ polars and the analyses are imported. The capture API (``profile``, ...) imports
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import types
 
+from tracekit._lazy import lazy_attributes
 from tracekit._version import __version__
 from tracekit.errors import TracekitError
 
@@ -62,9 +62,4 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tracekit' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())

@@ -9,7 +9,7 @@ The names are loaded on first use (PEP 562): the modules that read a file withou
 
 from __future__ import annotations
 
-import importlib
+from tracekit._lazy import lazy_attributes
 
 __all__ = ["TraceInfo", "read_trace", "read_traces"]
 
@@ -20,9 +20,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tracekit.ingest' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
