@@ -6,7 +6,9 @@ commands: `tracekit analyze` starts reading its traces first (:func:`_read_ahead
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -147,6 +149,7 @@ def analyze_cmd(
     )
 
 
+F = TypeVar("F", bound=Callable[..., Any])
 _REPORT_FORMATS = ["html", "pdf", "png", "md", "json", "csv", "parquet", "perfetto"]
 
 
@@ -178,21 +181,35 @@ def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) ->
     )
 
 
+def _report_options(out_help: str, format_help: str | None = None) -> Callable[[F], F]:
+    """PATHS, ``-o/--out`` and ``--format``: what ``report`` and ``compare`` both take."""
+
+    def wrap(command: F) -> F:
+        for option in reversed(
+            [
+                click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path)),
+                click.option(
+                    "-o", "--out", type=click.Path(path_type=Path), default=None, help=out_help
+                ),
+                click.option(
+                    "--format",
+                    "fmt",
+                    type=click.Choice(_REPORT_FORMATS),
+                    default=None,
+                    help=format_help,
+                ),
+            ]
+        ):
+            command = option(command)
+        return command
+
+    return wrap
+
+
 @click.command("report")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="output file (default report.<ext>)",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(_REPORT_FORMATS),
-    default=None,
-    help="html (default), pdf, png, md, json, csv, parquet, perfetto",
+@_report_options(
+    "output file (default report.<ext>)",
+    "html (default), pdf, png, md, json, csv, parquet, perfetto",
 )
 def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     """Write a report of PATH (several PATHs: a comparison report)."""
@@ -200,15 +217,7 @@ def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> No
 
 
 @click.command("compare")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="also write a report to this file",
-)
-@click.option("--format", "fmt", type=click.Choice(_REPORT_FORMATS), default=None)
+@_report_options("also write a report to this file")
 def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     """Compare runs side by side: a table on stdout (and a report with -o)."""
     from tracekit.analyze import analyze
