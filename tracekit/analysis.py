@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,7 +28,7 @@ from typing import Any, cast
 import msgspec
 import polars as pl
 
-from tracekit import clock, engines, runfolder
+from tracekit import clock, engines, runfolder, stopping
 from tracekit.analyses.event_totals import event_totals
 from tracekit.analyses.prepare import MapFn, prepare
 from tracekit.analyses.section import RankResult, RankTask, SectionInput, SectionResult
@@ -155,7 +155,7 @@ def analyze(
     spill = Spill(_spill_root(scheduler, cache_dir))
     # cache entries are written while the analysis runs, and are all on disk when it returns
     with (
-        ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache") as cache_writer,
+        stopping.ThreadPool(1, "tracekit-cache") as cache_writer,
         engines.open_executor(scheduler, workers) if scheduler else nullcontext() as engine,
     ):
         job = load(
@@ -202,9 +202,7 @@ def _map_on(executor: Executor | None, workers: int | None) -> MapFn:
         with (
             nullcontext(executor)
             if executor is not None
-            else ThreadPoolExecutor(
-                max(1, workers or engines.usable_cpus()), thread_name_prefix="tracekit-rank"
-            ) as pool
+            else stopping.ThreadPool(workers or engines.usable_cpus(), "tracekit-rank") as pool
         ):
             pending = pool.map(fn, away)
             return [fn(t) for t in here] + list(pending)

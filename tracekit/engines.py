@@ -25,11 +25,12 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from concurrent.futures import CancelledError, Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Executor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from tracekit import stopping
 from tracekit.errors import TracekitError
 from tracekit.summary.schema import Engine
 
@@ -70,9 +71,9 @@ def open_executor(
         n = max(1, workers or usable_cpus())
         info = Engine(chosen, None, n)
         pool: Executor = (
-            ThreadPoolExecutor(n, thread_name_prefix="tracekit-rank")
+            stopping.ThreadPool(n, "tracekit-rank")
             if chosen == "threads"
-            else ProcessPoolExecutor(n, mp_context=_spawn_context())
+            else stopping.ProcessPool(n, _spawn_context())
         )
         with pool, _one_line(info):
             yield pool, info

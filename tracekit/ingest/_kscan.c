@@ -15,7 +15,8 @@
  * error. Everything it skips is still validated as JSON (including UTF-8), so it never accepts
  * a file the msgspec path refuses.
  *
- * scan(data: bytes | bytearray) -> None | (n, strings, (arrow_schema, arrow_array), top)
+ * scan(data: bytes | bytearray, stop: bytearray | None = None)
+ *     -> None | (n, strings, (arrow_schema, arrow_array), top)
  *   n        number of rows: the events of traceEvents whose ph is X, M or i, in file order
  *   strings  list of str; strings[0] is None (the code of a missing or null field)
  *   columns  PyCapsules of one Arrow struct array with n rows (polars: pl.DataFrame of an
@@ -27,6 +28,16 @@
  *            args_start, args_end: int64 byte offsets of the event's args object (0, 0: none)
  *   top      dict: distributedInfo / deviceProperties / baseTimeNanoseconds / host_name ->
  *            (start, end) byte offsets of that value
+ *
+ * Bounded and interruptible (issue #24). Texts are interned in a hash table keyed by
+ * SipHash-1-3 (Aumasson & Bernstein, "SipHash: a fast short-input PRF", 2012; the variant
+ * CPython and Rust use for their dicts) under a random key drawn once per process: a trace
+ * cannot carry names built to collide, as it could under the unseeded FNV-1a used before (n^2
+ * probes: 42 MB of such names took 2 min 42 s). A probe longer than MAX_PROBE, which a random
+ * key makes vanishingly unlikely, declines the file all the same (the msgspec path, linear).
+ * Every CHECK_BYTES of input the scan looks at ``stop`` (a byte another thread sets: the scan
+ * returns None, and its caller, which set it, raises) and, in the main thread, lets Python run
+ * its signal handlers (Ctrl-C raises KeyboardInterrupt out of scan()).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,11 +48,15 @@
 
 #define MAX_DEPTH 200
 #define NULL_I64 INT64_MIN
+#define MAX_PROBE 256             /* linear probes of one lookup; a random key keeps them short */
+#define CHECK_BYTES (1 << 20)     /* input between two looks at ``stop`` and at signals */
 
 /* The scan runs without the GIL (several ranks' files scan in parallel threads): it makes no
- * Python objects and raises nothing. Texts become str, and the rare numbers beyond the exact
- * fast path become doubles, once it is done and the GIL is held again. */
-enum { OK = 0, DECLINE = 1, NOMEM = 2 };
+ * Python objects and raises nothing, except at a checkpoint of the main thread, which takes
+ * the GIL back to run signal handlers (RAISED: their exception is set). Texts become str, and
+ * the rare numbers beyond the exact fast path become doubles, once it is done and the GIL is
+ * held again. */
+enum { OK = 0, DECLINE = 1, NOMEM = 2, STOPPED = 3, RAISED = 4 };
 #define TRY(x) do { int r_ = (x); if (r_ != OK) return r_; } while (0)
 
 typedef struct {
@@ -70,7 +85,25 @@ typedef struct {
     Deferred *deferred;
     size_t n_deferred, deferred_cap;
     Py_ssize_t top[4][2];
+    const volatile unsigned char *stop;   /* nonzero: asked to stop (NULL: never asked) */
+    const unsigned char *check_at;        /* where the next checkpoint is */
+    PyThreadState *thread;                /* the main thread's state while the GIL is released */
 } Scan;
+
+/* Every CHECK_BYTES: stop when asked to; in the main thread, run Python's signal handlers
+ * (only the main thread runs them, and a scan of a big trace takes seconds). */
+static int checkpoint(Scan *s) {
+    s->check_at = s->p + CHECK_BYTES;
+    if (s->stop && *s->stop) return STOPPED;
+    if (s->thread) {
+        PyEval_RestoreThread(s->thread);
+        int r = PyErr_CheckSignals();
+        s->thread = PyEval_SaveThread();
+        if (r < 0) return RAISED;
+    }
+    return OK;
+}
+#define CHECKPOINT(s) do { if ((s)->p >= (s)->check_at) TRY(checkpoint(s)); } while (0)
 
 /* Append one item to a PyMem_Raw array of (pointer, count, capacity). */
 static int append(void **items, size_t *n, size_t *cap, size_t size, const void *item) {
@@ -228,6 +261,7 @@ static int skip_container(Scan *s, int depth, unsigned char close, int object) {
     ws(s);
     if (*s->p == close) { s->p++; return OK; }
     for (;;) {
+        CHECKPOINT(s);
         ws(s);
         if (object) {
             const unsigned char *k; uint32_t kl; int ke;
@@ -330,10 +364,39 @@ static int to_int64(const unsigned char *b, const unsigned char *e, int64_t *out
 
 /* ------------------------------------------------------------------ interning */
 
-static uint32_t fnv1a(const unsigned char *s, uint32_t n, int number) {
-    uint32_t h = 2166136261u ^ (uint32_t)number;
-    for (uint32_t k = 0; k < n; k++) { h ^= s[k]; h *= 16777619u; }
-    return h;
+/* SipHash-1-3 (one compression round per 8-byte word, three finalisation rounds) of n bytes
+ * under a 128-bit key. Words are loaded in the host's byte order: the same keyed function of
+ * the bytes on every host of one byte order, which is all a hash table needs. */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND do {                                                          \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);             \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                 \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                 \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);             \
+    } while (0)
+
+static uint64_t siphash13(const uint64_t key[2], const unsigned char *in, size_t n) {
+    uint64_t v0 = 0x736f6d6570736575ULL ^ key[0], v1 = 0x646f72616e646f6dULL ^ key[1];
+    uint64_t v2 = 0x6c7967656e657261ULL ^ key[0], v3 = 0x7465646279746573ULL ^ key[1];
+    uint64_t last = (uint64_t)n << 56;
+    const unsigned char *words_end = in + (n & ~(size_t)7);
+    for (; in != words_end; in += 8) {
+        uint64_t m;
+        memcpy(&m, in, 8);
+        v3 ^= m; SIPROUND; v0 ^= m;
+    }
+    for (size_t k = 0; k < (n & 7); k++) last |= (uint64_t)in[k] << (8 * k);
+    v3 ^= last; SIPROUND; v0 ^= last;
+    v2 ^= 0xff; SIPROUND; SIPROUND; SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The hash keys, drawn from os.urandom when the module loads: one for texts, one for integer
+ * tokens (pid "1" and pid 1 are different entries). Written once, before any scan; read only. */
+static uint64_t KEYS[2][2];
+
+static uint32_t text_hash(const unsigned char *s, uint32_t n, int number) {
+    return (uint32_t)siphash13(KEYS[number != 0], s, n);
 }
 
 /* The text of a string token, escapes resolved (validated already by string_tok). */
@@ -380,7 +443,10 @@ static int grow_table(Scan *s) {
         Entry *e = &s->tab[k];
         if (!e->s) continue;
         size_t at = e->hash & (cap - 1);
-        while (t[at].s) at = (at + 1) & (cap - 1);
+        for (int probes = 0; t[at].s; probes++) {
+            if (probes == MAX_PROBE) { PyMem_RawFree(t); return DECLINE; }
+            at = (at + 1) & (cap - 1);
+        }
         t[at] = *e;
     }
     PyMem_RawFree(s->tab);
@@ -392,15 +458,16 @@ static int grow_table(Scan *s) {
 /* The code of a token's text (1, 2, ...; 0 is null), new codes in order of first sight. */
 static int intern(Scan *s, const unsigned char *tok, uint32_t n, int number, int escaped,
                   uint32_t *code) {
-    uint32_t h = fnv1a(tok, n, number);
+    uint32_t h = text_hash(tok, n, number);
     size_t at = h & (s->tab_cap - 1);
-    for (;;) {
+    for (int probes = 0;; probes++) {
         Entry *e = &s->tab[at];
         if (!e->s) break;
         if (e->hash == h && e->len == n && e->number == number && memcmp(e->s, tok, n) == 0) {
             *code = e->code;
             return OK;
         }
+        if (probes == MAX_PROBE) return DECLINE;   /* never with a random key: a planted table */
         at = (at + 1) & (s->tab_cap - 1);
     }
     Entry e = {tok, n, h, (uint32_t)s->tab_n + 1, number, escaped};
@@ -636,6 +703,7 @@ static int scan_events(Scan *s) {
     ws(s);
     if (*s->p == ']') { s->p++; return OK; }
     for (;;) {
+        CHECKPOINT(s);
         ws(s);
         TRY(scan_event(s));
         ws(s);
@@ -815,39 +883,61 @@ oom:
     return PyErr_NoMemory();
 }
 
-static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *arg) {
+static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"data", "stop", NULL};
+    PyObject *arg, *stop_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:scan", kwlist, &arg, &stop_obj))
+        return NULL;
     /* both kinds keep a NUL after their last byte, which every loop here stops at */
-    const char *data;
-    Py_ssize_t size;
-    if (PyBytes_CheckExact(arg)) {
-        data = PyBytes_AS_STRING(arg);
-        size = PyBytes_GET_SIZE(arg);
-    } else if (PyByteArray_CheckExact(arg)) {
-        data = PyByteArray_AS_STRING(arg);   /* "" (also NUL-terminated) when empty */
-        size = PyByteArray_GET_SIZE(arg);
-    } else {
+    if (!PyBytes_CheckExact(arg) && !PyByteArray_CheckExact(arg)) {
         PyErr_SetString(PyExc_TypeError, "scan() takes bytes or bytearray");
         return NULL;
     }
+    /* buffer exports pin both while the GIL is released: a bytearray cannot be resized (and
+     * its memory moved) under the scan */
+    Py_buffer data_view, stop_view = {0};
+    if (PyObject_GetBuffer(arg, &data_view, PyBUF_SIMPLE) < 0) return NULL;
+    if (stop_obj != Py_None) {
+        if (!PyByteArray_CheckExact(stop_obj) || PyByteArray_GET_SIZE(stop_obj) < 1) {
+            PyBuffer_Release(&data_view);
+            PyErr_SetString(PyExc_TypeError, "scan(stop=...) takes a bytearray of at least 1 byte");
+            return NULL;
+        }
+        if (PyObject_GetBuffer(stop_obj, &stop_view, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&data_view);
+            return NULL;
+        }
+    }
+    const char *data = PyBytes_CheckExact(arg) ? PyBytes_AS_STRING(arg)
+                                               : PyByteArray_AS_STRING(arg);   /* "" when empty */
+    Py_ssize_t size = data_view.len;
     Scan s;
     memset(&s, 0, sizeof s);
     s.base = s.p = (const unsigned char *)data;
     s.end = s.base + size;
+    s.stop = stop_view.buf;
+    s.check_at = s.base + CHECK_BYTES;
     for (int t = 0; t < 4; t++) s.top[t][0] = s.top[t][1] = -1;
     s.tab_cap = 1024;
     s.tab = PyMem_RawCalloc(s.tab_cap, sizeof(Entry));
-    if (!s.tab) return PyErr_NoMemory();
-    int r;
-    Py_BEGIN_ALLOW_THREADS
-    r = scan_top(&s);
-    if (r == OK && s.n > UINT32_MAX) r = DECLINE;
-    if (r == OK && s.n == 0) r = grow_rows(&s);   /* Arrow buffers are never NULL */
-    Py_END_ALLOW_THREADS
+    int r = s.tab ? OK : NOMEM;
+    if (r == OK) {
+        int main_thread = _PyOS_IsMainThread();
+        PyThreadState *released = PyEval_SaveThread();
+        s.thread = main_thread ? released : NULL;
+        r = scan_top(&s);
+        if (r == OK && s.n > UINT32_MAX) r = DECLINE;
+        if (r == OK && s.n == 0) r = grow_rows(&s);   /* Arrow buffers are never NULL */
+        PyEval_RestoreThread(main_thread ? s.thread : released);
+    }
+    PyBuffer_Release(&data_view);
+    if (stop_view.obj) PyBuffer_Release(&stop_view);
     for (size_t k = 0; r == OK && k < s.n_deferred; k++) r = slow_double(&s, &s.deferred[k]);
     if (r != OK) {
         release(&s);
         if (r == NOMEM) return PyErr_NoMemory();
-        Py_RETURN_NONE;
+        if (r == RAISED) return NULL;   /* a signal handler's exception (KeyboardInterrupt) */
+        Py_RETURN_NONE;                 /* declined, or stopped: the caller knows which */
     }
     PyObject *strings = texts_list(&s);
     if (!strings) {
@@ -871,7 +961,9 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *arg) {
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_O, "scan(data: bytes) -> columns of a Kineto trace, or None (see tracekit/ingest/_kscan.c)"},
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
+     "scan(data: bytes, stop: bytearray | None = None) -> columns of a Kineto trace, or None "
+     "(see tracekit/ingest/_kscan.c)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -879,7 +971,24 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kscan",
                                     "Kineto trace JSON -> column buffers (fast path of tracekit.ingest.kineto_decode).",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
+/* The hash keys: 32 bytes of os.urandom, once per process. */
+static int draw_keys(void) {
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *bytes = os ? PyObject_CallMethod(os, "urandom", "n", (Py_ssize_t)sizeof KEYS) : NULL;
+    Py_XDECREF(os);
+    if (!bytes) return -1;
+    if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) != (Py_ssize_t)sizeof KEYS) {
+        Py_DECREF(bytes);
+        PyErr_SetString(PyExc_RuntimeError, "os.urandom gave no key");
+        return -1;
+    }
+    memcpy(KEYS, PyBytes_AS_STRING(bytes), sizeof KEYS);
+    Py_DECREF(bytes);
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__kscan(void) {
     init_tables();
+    if (draw_keys() < 0) return NULL;
     return PyModule_Create(&module);
 }

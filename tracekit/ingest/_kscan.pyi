@@ -4,6 +4,9 @@ from typing import Any
 
 def scan(
     data: bytes | bytearray,
+    stop: bytearray | None = None,
 ) -> tuple[int, list[str], tuple[Any, Any], dict[str, tuple[int, int]]] | None:
     """(events, distinct texts, the columns' Arrow (schema, array) capsules, byte spans of the
-    top-level keys), or None when it declines the file (the msgspec path then reads it)."""
+    top-level keys), or None when it declines the file (the msgspec path then reads it) or
+    stops because ``stop[0]`` was set (tracekit.stopping). In the main thread it runs Python's
+    signal handlers every megabyte: Ctrl-C raises KeyboardInterrupt out of it."""

@@ -27,7 +27,7 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from pathlib import Path
@@ -35,6 +35,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit import stopping
 from tracekit.errors import TracekitError
 from tracekit.ingest import cache as trace_cache
 from tracekit.ingest import devices
@@ -226,10 +227,8 @@ def _parse_here(
     pin_mmap_threshold()
     with ExitStack() as stack:
         if store and writer is None:
-            writer = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="tracekit-cache"))
-        pool = stack.enter_context(
-            ThreadPoolExecutor(max(threads, 1), thread_name_prefix="tracekit-parse")
-        )
+            writer = stack.enter_context(stopping.ThreadPool(1, "tracekit-cache"))
+        pool = stack.enter_context(stopping.ThreadPool(threads, "tracekit-parse"))
         return list(
             pool.map(lambda p: _parse_one(p, cache_dir, store, writer if store else None), paths)
         )
@@ -253,7 +252,7 @@ def _parse_all(
     ctx = multiprocessing.get_context("spawn")
     out = []
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        with stopping.ProcessPool(workers, ctx) as pool:
             n = len(paths)
             for status, first, second in pool.map(
                 _work,

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from tracekit import stopping
 from tracekit.errors import TracekitError
 from tracekit.events import DType
 from tracekit.ingest import read_ahead
@@ -276,11 +277,13 @@ class _ArrowColumns:
 def _decoded_fast(data: JsonBytes, path: Path) -> Decoded | None:
     """The C scanner's path (tracekit/ingest/_kscan.c): columns without per-event Python
     objects. None when the scanner is not built or declines the file (anything unusual:
-    the msgspec path then reads it, or says what is wrong)."""
+    the msgspec path then reads it, or says what is wrong). The scan stops when its scope is
+    stopped (tracekit.stopping: Stopped), and in the main thread on Ctrl-C."""
     if _kscan is None:
         return None
-    scanned = read_ahead.take_scan(data) or _kscan.scan(data)
+    scanned = read_ahead.take_scan(data) or _kscan.scan(data, stopping.flag())
     if scanned is None:
+        stopping.check()  # it stopped because it was asked to, rather than declined
         return None
     _, strings, capsules, spans = scanned
     try:

@@ -18,13 +18,14 @@ Tasks are top-level functions of strings and numbers, so every engine sends them
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from tracekit import stopping
 from tracekit.errors import TracekitError
 from tracekit.ingest import cache as trace_cache
 from tracekit.ingest import foreign, kineto
@@ -157,7 +158,7 @@ def scan_traces(
     else:
         pin_mmap_threshold()
         threads = max(1, min(len(paths), _idle_cpus()))
-        with ThreadPoolExecutor(threads, thread_name_prefix="tracekit-parse") as pool:
+        with stopping.ThreadPool(threads, "tracekit-parse") as pool:
             scans = list(
                 pool.map(
                     lambda p: _scan(

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tracekit import stopping
+
 Reader = Callable[[Path], bytes | bytearray]
 
 #: JSON read ahead at most (memory held until the parse takes it)
@@ -47,11 +49,13 @@ class _ReadAhead:
         self.done: dict[str, tuple[tuple | None, bytes | bytearray | None, Any]] = {}
         self.scans: dict[int, tuple[bytes | bytearray, Any]] = {}  # id(bytes) -> scan
         self.stopped = threading.Event()
+        self.scope = stopping.Scope()  # stopped by discard(): a scan under way ends early
 
     def start(self, paths: Sequence[Path], read: Reader, budget: int) -> threading.Thread:
         with self.lock:
             self.plan = [os.path.abspath(p) for p in paths]
             self.stopped.clear()
+            self.scope = stopping.Scope()
         thread = threading.Thread(
             target=self._run, args=(read, budget), name="tracekit-read-ahead", daemon=True
         )
@@ -71,13 +75,13 @@ class _ReadAhead:
             from tracekit.ingest import _kscan
         except ImportError:  # built without a C compiler: read ahead, scan later
             _kscan = None  # type: ignore[assignment]
-        done = 0
+        done, scope = 0, self.scope
         while done < budget and (claim := self._claim()) is not None:
             name, event = claim
             ident, data, scanned = _identity(Path(name)), None, None
             try:
                 data = read(Path(name))
-                scanned = _kscan.scan(data) if _kscan is not None else None
+                scanned = _kscan.scan(data, scope.flag) if _kscan is not None else None
                 done += len(data)
             except Exception:  # noqa: BLE001 - the parse reads it again and words the error
                 data = scanned = None
@@ -95,7 +99,8 @@ class _ReadAhead:
                 return None
             event = self.pending.get(name)
         if event is not None:
-            event.wait()
+            while not event.wait(0.05):  # in slices: a stopped parse does not wait for this read
+                stopping.check()
         with self.lock:
             ident, data, scanned = self.done.pop(name, (None, None, None))
             if data is None or ident is None or ident != _identity(Path(name)):
@@ -117,6 +122,7 @@ class _ReadAhead:
     def discard(self) -> None:
         self.stop()
         with self.lock:
+            self.scope.stop("read-ahead discarded")
             self.done.clear()
             self.scans.clear()
 
