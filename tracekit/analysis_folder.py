@@ -141,7 +141,7 @@ def write_analysis(result: Analysis, out: Path) -> Path:
     except OSError as exc:
         raise _write_failed(out, exc) from None
     try:
-        (tmp / "summary.json").write_text(encode(result.typed_summary))
+        (tmp / "summary.json").write_text(encode(result.summary))
         files = ["summary.json"]
         # zstd level 1 without statistics: the events table is most of the writing time
         # (0.47 -> 0.38 CPU-s for 650k rows), for files 10 % larger

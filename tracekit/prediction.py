@@ -108,7 +108,7 @@ def build(analysis: Any) -> Model:
     """The replay inputs from a tracekit.analyze result."""
     from tracekit import timeline
 
-    s = analysis.typed_summary
+    s = analysis.summary
     nodes = {int(k): v for k, v in s.topology.nodes.items()}
     calls = calls_table(analysis.collectives, nodes)
     if not calls:
