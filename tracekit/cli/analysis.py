@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from tracekit.errors import TracekitError
+from tracekit.ingest.read_options import ReadOptions
 
 
 def _ranks_option(value: str | None):  # -> RankSet | None
@@ -27,14 +28,15 @@ def _ranks_option(value: str | None):  # -> RankSet | None
         raise TracekitError(str(exc), f"--ranks {value}") from None
 
 
-def _read_ahead(path: Path, cache: bool, cache_dir: Path | None, rank_selection: bool) -> None:
+def _read_ahead(path: Path, options: ReadOptions) -> None:
     """Start reading the traces this analysis will parse while polars and the analyses are
     imported (tracekit.ingest.read_ahead): when it reads every trace PATH names (no
     rank selection), those without a cache entry."""
     from tracekit import runfolder
     from tracekit.ingest import cache_paths, kineto_files
 
-    if rank_selection:
+    cache, cache_dir = options.cache, options.cache_dir
+    if options.subset:
         return
     try:
         files = runfolder.find_trace_files(path)
@@ -105,9 +107,17 @@ def analyze_cmd(
 
     t0 = time.perf_counter()
     target = out or default_out_dir(path)
-    rank_set = _ranks_option(ranks)
+    options = ReadOptions(  # built once: the read-ahead, the loader and the timeline step read it
+        ranks_per_node=ranks_per_node,
+        ranks=_ranks_option(ranks),
+        sample=sample,
+        cache=cache,
+        cache_dir=cache_dir,
+        align_clocks=align_clocks,
+        scheduler=scheduler,
+    )
     check_out(target, path)  # before the work: an --out that must not be replaced is refused
-    _read_ahead(path, cache, cache_dir, bool(ranks or sample))
+    _read_ahead(path, options)
     from rich.markup import escape
 
     from tracekit.cli import tables
@@ -120,16 +130,7 @@ def analyze_cmd(
         if engines.resolve(scheduler):  # the ranks are read where the engine runs them
             read_ahead.discard()
         with tables.err.status(f"analysing {path}"):
-            result = analyze(
-                path,
-                ranks_per_node=ranks_per_node,
-                ranks=rank_set,
-                sample=sample,
-                cache=cache or False,
-                cache_dir=cache_dir,
-                align_clocks=align_clocks,
-                scheduler=scheduler,
-            )
+            result = analyze(path, options)
             read_ahead.discard()
             try:
                 target = write_analysis(result, target)
@@ -137,12 +138,12 @@ def analyze_cmd(
                 result.close()  # the command leaves by os._exit: no finalizer would run
     finally:
         read_ahead.discard()
-    for w in result.typed_summary.warnings:
+    for w in result.summary.warnings:
         tables.err.print(
             f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True
         )  # text, never markup
-    tables.out().print(tables.rank_table(result.typed_summary))
-    if (pipe := tables.pipeline_table(result.typed_summary)) is not None:
+    tables.out().print(tables.rank_table(result.summary))
+    if (pipe := tables.pipeline_table(result.summary)) is not None:
         tables.out().print(pipe)
     tables.err.print(
         f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False
