@@ -59,7 +59,7 @@ def test_cli_reads_ahead_and_writes_the_summary_analyze_gives(tmp_path: Path) ->
     folder.mkdir()
     shutil.copyfile(NCCL_DATA, folder / "rank0.json.gz")
     run_cli("analyze", str(folder), "--out", str(tmp_path / "out"), "--no-cache")
-    want = encode(analyze(folder, cache=False).typed_summary)
+    want = encode(analyze(folder, cache=False).summary)
     assert (tmp_path / "out" / "summary.json").read_text() == want
 
 

@@ -192,7 +192,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
 
 def test_a_failing_writer_leaves_nothing(tmp_path, monkeypatch):
     broken = synthetic_analysis()
-    broken.summary["ranks"] = [{"rank": 0, "span_s": "not a number"}]  # fails half-way through
+    broken.summary.ranks = [{"rank": 0, "span_s": "not a number"}]  # fails half-way through
     with pytest.raises(Exception):  # noqa: B017 - any failure; the point is what is left
         write_report([], tmp_path / "r.html", "html", analyses=[synthetic_analysis(), broken])
     assert _only(tmp_path) == []

@@ -193,19 +193,19 @@ def test_memory_ratios_to_dp_match_the_formulas(
     """model_states_bytes of each stage over DP's (the committed 2-rank dp sample, same model)."""
     dp = dp_sample["memory"]["per_rank"][0]["model_states_bytes"]
     for strategy, result in analyses.items():
-        mem = result.summary["memory"]
+        mem = result.summary.memory
         assert (
-            mem["theory"]["formula"]
+            mem.theory.formula
             == {"zero1": "8Psi+8Psi/N", "zero2": "4Psi+12Psi/N", "zero3": "16Psi/N"}[strategy]
         )
         formula_ratio = (
-            mem["theory"]["model_states_bytes"]
+            mem.theory.model_states_bytes
             / theory.model_states_bytes("dp", "fp32", PSI, N)["model_states_bytes"]
         )
-        for row in mem["per_rank"]:
-            assert row["model_states_bytes"] / dp == pytest.approx(formula_ratio, rel=0.05)
-            assert row["ratio_to_theory"] == pytest.approx(1.0, rel=1e-3)
-            assert row["peak_bytes"] > 0 and row["activation_peak_bytes"] > 0
+        for row in mem.per_rank:
+            assert row.model_states_bytes / dp == pytest.approx(formula_ratio, rel=0.05)
+            assert row.ratio_to_theory == pytest.approx(1.0, rel=1e-3)
+            assert row.peak_bytes > 0 and row.activation_peak_bytes > 0
 
 
 def test_activations_exclude_gathered_parameters(runs: dict[str, Path]) -> None:
@@ -226,14 +226,14 @@ def test_ideal_volume_per_rank_relative_to_dp(
     want = {"zero1": 1.0, "zero2": 1.0, "zero3": 1.5}
     for strategy, result in analyses.items():
         summary = result.summary
-        ideal = summary["collectives"]["ideal_bytes_per_rank_per_step"]
+        ideal = summary.collectives.ideal_bytes_per_rank_per_step
         assert ideal / dp == pytest.approx(want[strategy], rel=0.05), strategy
-        volume = summary["volume"]
-        assert volume["ideal_bytes_per_rank_per_step"] == pytest.approx(ideal, rel=1e-9)
+        volume = summary.volume
+        assert volume.ideal_bytes_per_rank_per_step == pytest.approx(ideal, rel=1e-9)
         # gloo sends each reduce-scatter as a full all-reduce: twice the ideal for that half
-        rs = sum(o["ideal_bytes_per_step"] for o in volume["per_op"] if o["op"] == "reduce_scatter")
-        assert volume["wire_bytes_per_rank_per_step"] == pytest.approx(ideal + rs, rel=1e-9)
-        assert {(o["op"], o["wire_op"]) for o in volume["per_op"]} == {
+        rs = sum(o.ideal_bytes_per_step for o in volume.per_op if o.op == "reduce_scatter")
+        assert volume.wire_bytes_per_rank_per_step == pytest.approx(ideal + rs, rel=1e-9)
+        assert {(o.op, o.wire_op) for o in volume.per_op} == {
             ("all_gather", "all_gather"),
             ("reduce_scatter", "all_reduce"),
         }
@@ -335,7 +335,7 @@ def test_prefetch_launches_next_gather_before_this_unit_computes(
 
 
 def test_prefetch_hides_more_all_gather_time(analyses: dict[str, Analysis], zero3_p0: Path) -> None:
-    p1, p0 = analyses["zero3"].summary["overlap"], analyze(zero3_p0).summary["overlap"]
+    p1, p0 = analyses["zero3"].summary.overlap, analyze(zero3_p0).summary.overlap
     for ov in (p1, p0):
         assert ov["allgather_count"] == N * 2 * UNITS * ov["steps"]
         assert ov["allgather_s"] == pytest.approx(
