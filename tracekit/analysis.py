@@ -25,10 +25,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 import polars as pl
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 from tracekit import clock, engines, runfolder, stopping
 from tracekit.analyses import manifest
@@ -89,6 +92,46 @@ class Analysis:
         columns, when the run has none."""
         found = self.frames.get(name)
         return found if found is not None else manifest.empty_frame(name)
+
+    # --- the notebook front door: what the app and the reports show, from here ----------------
+
+    def figure(self, name: str) -> go.Figure | None:
+        """Figure NAME, as the app and the reports draw it (``breakdown``, ``timeline``,
+        ``pipeline``, ``overlap``, ``memory``, ``traffic_matrix``, ...: tracekit.analyses.manifest);
+        None when this run has no data for it (``tracekit.figures.NO_DATA[name]`` says so)."""
+        from tracekit import figures
+
+        if name not in figures.FIGURES:
+            raise KeyError(f"no figure {name!r}; the figures are {', '.join(figures.FIGURES)}")
+        return figures.FIGURES[name](self)
+
+    def report(self, out: str | Path, fmt: str | None = None) -> Path:
+        """Write this run's report to OUT (the format from its name: .html, .pdf, .png, .md,
+        .json, .csv, .parquet, .perfetto.json; or FMT) atomically; returns OUT."""
+        from tracekit.report import write_report
+
+        return write_report([self], out, fmt)
+
+    def predict(
+        self,
+        inter_node_bandwidth: str | float | None = None,
+        intra_node_bandwidth: str | float | None = None,
+        latency_us: float = 0.0,
+        out: str | Path | None = None,
+        write: bool = True,
+    ) -> dict[str, Any]:
+        """This run's step on another network (`tracekit predict`, docs/predict.md); writes
+        prediction.json into ``out`` (default RUN/analysis) unless ``write`` is False."""
+        from tracekit.prediction import predict_of
+
+        return predict_of(self, inter_node_bandwidth, intra_node_bandwidth, latency_us, out, write)
+
+    def _repr_html_(self) -> str:
+        """What Jupyter shows for an Analysis: the run, its per-rank table, each section's
+        headline and the names of its figures (tracekit.report.notebook)."""
+        from tracekit.report.notebook import summary_html
+
+        return summary_html(self)
 
     @property
     def ranks(self) -> pl.DataFrame:
@@ -210,6 +253,21 @@ def analyze(
         ran = None if engine is None else _typed(msgspec.to_builtins(engine[1]), Engine)
         result = assemble(inp, run_sections(inp), ran)
     return result
+
+
+def predict(
+    path: str | Path,
+    inter_node_bandwidth: str | float | None = None,
+    intra_node_bandwidth: str | float | None = None,
+    latency_us: float = 0.0,
+    out: str | Path | None = None,
+    analysis: Analysis | None = None,
+    write: bool = True,
+) -> dict[str, Any]:
+    """`tracekit predict` of one run (docs/predict.md): PATH analysed (or ANALYSIS, already
+    made), then :meth:`Analysis.predict`."""
+    a = analysis if analysis is not None else analyze(path)
+    return a.predict(inter_node_bandwidth, intra_node_bandwidth, latency_us, out, write)
 
 
 def _spill_root(scheduler: str | None, cache_dir: Path | None) -> Path:

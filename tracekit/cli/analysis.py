@@ -154,29 +154,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 _REPORT_FORMATS = ["html", "pdf", "png", "md", "json", "csv", "parquet", "perfetto"]
 
 
-def _format_from_suffix(path: Path) -> str:
-    name = path.name.lower()
-    if name.endswith(".perfetto.json") or name.endswith(".trace.json"):
-        return "perfetto"
-    suffix = path.suffix.lower().lstrip(".")
-    return (
-        {"htm": "html", "markdown": "md"}.get(suffix, suffix)
-        if suffix in _REPORT_FORMATS + ["htm", "markdown"]
-        else "html"
-    )
-
-
 def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     from rich.markup import escape
 
+    from tracekit.analysis import analyze
     from tracekit.cli import tables
-    from tracekit.report import default_output, write_report
+    from tracekit.report import default_output, format_of, write_report
+    from tracekit.runname import display_names
 
-    fmt = fmt or (_format_from_suffix(out) if out else "html")
+    fmt = fmt or (format_of(out) if out else "html")
     target = out or default_output(fmt)
     t0 = time.perf_counter()
     with tables.err.status(f"{fmt} report of {len(paths)} path(s)") as status:
-        write_report(list(paths), target, fmt, progress=lambda msg: status.update(msg))
+        analyses = []
+        for i, p in enumerate(paths, 1):
+            status.update(f"analysing {p} ({i}/{len(paths)})")
+            analyses.append(analyze(p))
+        names = display_names(list(paths))
+        write_report(analyses, target, fmt, names=names, progress=status.update)
     tables.err.print(
         f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False
     )
@@ -236,9 +231,7 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
             results.append(analyze(p))
         if out is not None:
             status.update(f"writing {out}")
-            write_report(
-                list(paths), out, fmt or _format_from_suffix(out), analyses=results, names=names
-            )
+            write_report(results, out, fmt, names=names)
     tables.out().print(tables.comparison_table(names, results))
     if out is not None:
         tables.err.print(f"wrote {out}", highlight=False)

@@ -43,7 +43,8 @@ def svg_uri(svg: bytes) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
 
 
-def _html_table(t: Table) -> str:
+def html_table(t: Table) -> str:
+    """A report table as HTML, every cell escaped."""
     title, head, rows = t
     out = [f'<div class="caption">{html.escape(title)}</div>']
     if not rows:
@@ -127,7 +128,7 @@ def html_doc(
     if len(analyses) > 1:
         parts.append("<h2>comparison</h2>")
         if tables:
-            parts.append(_html_table(compare_table(summaries)))
+            parts.append(html_table(compare_table(summaries)))
         for fig in compare.values():
             if fig is not None:
                 parts.append(figure_html(fig))
@@ -138,7 +139,7 @@ def html_doc(
         if tables:
             for w in s.warnings:
                 parts.append(f'<p class="warn">warning: {html.escape(str(w))}</p>')
-            parts.append(_html_table(rank_table(s)))
+            parts.append(html_table(rank_table(s)))
         for section in manifest.REPORT:
             table_fn = table_of(section)
             present = [figs[f.name] for f in section.figures if figs.get(f.name) is not None]
@@ -152,10 +153,10 @@ def html_doc(
                 parts.append(figure_html(fig))
             t = table_fn(s) if (table_fn and tables) else None
             if t:
-                parts.append(_html_table(t))
+                parts.append(html_table(t))
         if tables:
             parts.append("<h3>events</h3>")
-            parts.append(_html_table(top_events(a.event_totals)))
+            parts.append(html_table(top_events(a.event_totals)))
     parts.append("<p class='src'>written by tracekit</p></body></html>")
     return "\n".join(parts)
 
