@@ -169,11 +169,11 @@ def test_busbw_per_op_and_per_group_from_transfer_times(groups_analysis) -> None
 def test_bytes_per_parallel_dimension(groups_analysis) -> None:
     tr = groups_analysis.summary.traffic
     by_dim = {r.dim: r for r in tr.by_dim}
-    assert by_dim["row"]["inter"] == 0 and by_dim["row"]["intra"] > 0  # rows live inside a node
-    assert by_dim["col"]["intra"] == 0 and by_dim["col"]["inter"] > 0  # columns cross nodes
+    assert by_dim["row"].inter == 0 and by_dim["row"].intra > 0  # rows live inside a node
+    assert by_dim["col"].intra == 0 and by_dim["col"].inter > 0  # columns cross nodes
     steps = job.STEPS
     # col: all_reduce 2(n-1)/n S x n ranks = 2S, broadcast S (one edge): 3S per call pair, two groups
-    assert by_dim["col"]["bytes"] == steps * 2 * (2 * S + S)
+    assert by_dim["col"].bytes == steps * 2 * (2 * S + S)
     assert tr.per_step.inter_node_bytes * steps == pytest.approx(tr.inter_node_bytes)
     assert tr.intra_node_bytes + tr.inter_node_bytes == tr.total_bytes
 

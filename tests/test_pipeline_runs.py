@@ -276,10 +276,10 @@ def test_pipeline_section_keys_and_frames(analysed):
                 "recv_transfer_s",
             ):
                 assert key in row
-            assert row.fill_s + row.steady_s + row.drain_s + row["busy_s"] == pytest.approx(
+            assert row.fill_s + row.steady_s + row.drain_s + row.busy_s == pytest.approx(
                 row.window_s, rel=1e-6
             )
-            assert row.recv_wait_s + row.recv_transfer_s + row["recv_unmatched_s"] == pytest.approx(
+            assert row.recv_wait_s + row.recv_transfer_s + row.recv_unmatched_s == pytest.approx(
                 row.recv_s, rel=1e-6, abs=1e-9
             )
             # PipeDream's stream crosses into the trace: a few receives' sends came before it
@@ -353,9 +353,10 @@ def test_inflight_versions_from_labels(analysed):
 
 def test_pipedream_idles_less_than_gpipe_over_the_span(analysed):
     pd, gp = (analysed[k].summary.pipeline for k in ("pipedream", "gpipe"))
-    assert (pd["stages"], pd["microbatches"]) == (gp["stages"], gp["microbatches"])
-    assert pd["bubble_fraction_theory"] is None
-    assert pd["bubble_fraction_span"] < gp["bubble_fraction_span"]
+    assert pd is not None and gp is not None
+    assert (pd.stages, pd.microbatches) == (gp.stages, gp.microbatches)
+    assert pd.bubble_fraction_theory is None
+    assert pd.bubble_fraction_span < gp.bubble_fraction_span
 
 
 def test_analyze_cli_prints_the_pipeline_table(gpipe, tmp_path):

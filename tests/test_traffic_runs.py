@@ -37,7 +37,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         assert runfolder.load_run_json(run)["status"] == "ok", runfolder.load_run_json(run)[
             "errors"
         ]
-        summaries[strategy] = analyze(run).summary
+        summaries[strategy] = analyze(run).summary_dict()  # summary.json as written
     return summaries
 
 
