@@ -114,8 +114,8 @@ def test_idle_and_compute_match_hta_definitions(unit):
                     f"{f.name}: device shown but no device events, and no warning says so"
                 )
             continue
-        idle = 100 * got["idle_s"] / got["span_s"]
-        compute = 100 * got["compute_s"] / got["span_s"]
+        idle = 100 * got.idle_s / got.span_s
+        compute = 100 * got.compute_s / got.span_s
         assert abs(idle - ref.idle_pct) <= TOLERANCE, f"{f}: idle {idle:.2f} vs {ref.idle_pct:.2f}"
         assert abs(compute - ref.compute_pct) <= TOLERANCE, (
             f"{f}: compute {compute:.2f} vs {ref.compute_pct:.2f}"
@@ -161,8 +161,8 @@ def test_old_schema_categories_are_device_work(tmp_path):
     (rank,) = analyze(f, cache=False).summary.ranks
     ref = breakdown(trace)
     assert ref.idle_pct is not None and 0 < ref.idle_pct < 100
-    assert 100 * rank["idle_s"] / rank["span_s"] == pytest.approx(ref.idle_pct, abs=0.01)
-    assert 100 * rank["compute_s"] / rank["span_s"] == pytest.approx(ref.compute_pct, abs=0.01)
+    assert 100 * rank.idle_s / rank.span_s == pytest.approx(ref.idle_pct, abs=0.01)
+    assert 100 * rank.compute_s / rank.span_s == pytest.approx(ref.compute_pct, abs=0.01)
 
 
 def _mtia_trace() -> dict:

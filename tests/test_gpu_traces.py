@@ -77,4 +77,4 @@ def test_gloo_ranks_sharing_a_gpu_count_gloo_spans_as_communication():
         )
         assert rank.comm_s <= (mine["end_ns"] - mine["start_ns"]).sum() * 1e-9 + 1e-9
     (all_reduce,) = [op for op in result.summary.collectives.per_op if op.op == "all_reduce"]
-    assert all_reduce["unknown_size"] == 0 and all_reduce["bytes"] > 0
+    assert all_reduce.unknown_size == 0 and all_reduce.bytes > 0

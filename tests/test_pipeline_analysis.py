@@ -237,7 +237,8 @@ def test_torch_interleaved_schedule_is_read(torch_traces):
 
 
 def _sample(name: str) -> dict:
-    return analyze(SAMPLES / name).summary.pipeline
+    """summary.json ``pipeline`` of a sample, as written."""
+    return analyze(SAMPLES / name).summary_dict()["pipeline"]
 
 
 def test_samples_inflight_activation_and_versions():
