@@ -19,14 +19,13 @@ most twice, keeping the attempt that agrees best (COMPARABLE, RETRIES).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-P = importlib.import_module("tracekit.predict")
+from tracekit import prediction as P
 
 # name -> (strategy, inter-node rate under --emulate-network, or None for a plain run)
 RUNS: dict[str, tuple[str, str | None]] = {
@@ -85,7 +84,7 @@ def _run(out: Path, name: str, steps: int) -> Path:
 
 def compute_per_step(run: Path) -> float:
     """The busiest rank's compute per profiled step (summary.json ranks[].compute_s / steps)."""
-    from tracekit.analyze import analyze
+    from tracekit.analysis import analyze
 
     s = analyze(run).summary
     return max(r["compute_s"] for r in s["ranks"]) / max(1, s["window"]["steps"])
@@ -136,7 +135,7 @@ def _compute_per_step(m: Any) -> float | None:
 
 def validate(dirs: dict[str, Path]) -> dict[str, Any]:
     """Every number the table prints (and the test checks)."""
-    from tracekit.analyze import analyze
+    from tracekit.analysis import analyze
 
     models = {}
     for name, d in dirs.items():

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from tracekit import theory
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.capture.launch import RunOptions, run_job
 
 RUNS = [("dp", None), ("zero1", None), ("zero2", None), ("zero3", 0), ("zero3", 1)]

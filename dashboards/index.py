@@ -152,7 +152,7 @@ class Summaries:
         self._worker: threading.Thread | None = None
 
     def _work(self) -> None:
-        from tracekit.analyze import analyze
+        from tracekit.analysis import analyze
 
         try:  # Linux niceness is per thread: the pages a user waits for go first
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)

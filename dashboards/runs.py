@@ -97,7 +97,7 @@ class Runs:
                 hit = self._cache.get(key)
                 if hit is not None:
                     return hit
-            from tracekit.analyze import analyze
+            from tracekit.analysis import analyze
 
             result = Entry(analyze(path))
             with self._lock:

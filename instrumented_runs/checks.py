@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -22,7 +22,21 @@ from tracekit import runfolder
 
 if TYPE_CHECKING:
     from instrumented_runs.harness import Context
-    from instrumented_runs.pp_pipedream import PipeDream
+    from instrumented_runs.pipeline import StageRunner
+
+
+class Stashing(Protocol):
+    """What the check reads of a PipeDream stage (instrumented_runs.pp_pipedream.PipeDream)."""
+
+    runner: StageRunner
+    version: int
+    """Updates applied so far."""
+    versions: dict[int, list[torch.nn.Parameter]]
+    """Version -> its tensors, for every version still stashed."""
+
+    def live(self) -> list[torch.nn.Parameter]: ...
+    def microbatch(self, g: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
 
 PP_CHECK_ENV = "TRACEKIT_PP_CHECK"
 
@@ -32,7 +46,7 @@ def pp_check_path(ctx: Context) -> Path:
     return runfolder.train_path(ctx.run, ctx.rank).with_name(f"pp_check_rank{ctx.rank}.pt")
 
 
-def save_stashed_backward(ctx: Context, pd: PipeDream) -> None:
+def save_stashed_backward(ctx: Context, pd: Stashing) -> None:
     """With TRACEKIT_PP_CHECK=1: watch ``pd``'s backwards (its runner's ``backward``) and save the
     first steady-state one (staleness p - s - 1, after 2m updates) when training is done."""
     if os.environ.get(PP_CHECK_ENV) != "1":

@@ -204,14 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     dp = DataParallel(model, master or optimizer, ctx.group)
     ctx.strategy_options.update(bucket_cap_bytes=dp.bucket_cap_bytes, buckets=dp.describe())
     ctx.count_memory_at(optimizer, lambda: memory_states(model, optimizer, master))
-    rank, n = dist.get_rank(ctx.group), dist.get_world_size(ctx.group)
-
-    def step(k: int) -> float:
-        tokens, targets = ctx.dp_batch(k, rank, n)
-        return dp.train_step(tokens, targets)
-
-    losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=model.state_dict())
+    shard = dist.get_rank(ctx.group), dist.get_world_size(ctx.group)
+    harness.run(ctx, dp.train_step, model.state_dict, shard)
 
 
 if __name__ == "__main__":

@@ -261,13 +261,7 @@ def run(ctx: harness.Context, mesh: DeviceMesh, dp_rank: int, dp_size: int) -> N
     # activations: the peak of the memory step, without FSDP2's unsharded parameters
     ctx.meter_activations(UnshardedAwareActivationMeter(model), per_step=True)
     ctx.count_memory_at(trainer.optimizer, trainer.memory_states)
-
-    def step(k: int) -> float:
-        tokens, targets = ctx.dp_batch(k, dp_rank, dp_size)
-        return trainer.train_step(tokens, targets)
-
-    losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=model.state_dict())
+    harness.run(ctx, trainer.train_step, model.state_dict, (dp_rank, dp_size))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,8 +4,9 @@
         ctx = harness.start("dp", argv)                  # parse, init, run folder, run.json
         ...build the model and the strategy's state...
         ctx.count_memory_at(optimizer, lambda: dict(params=..., grads=..., optimizer=optimizer))
-        losses = harness.train(ctx, step_fn)             # W warm-up steps, then S profiled steps
-        harness.finish(ctx, losses, params=model.state_dict())
+        harness.run(ctx, dp.train_step, model.state_dict, shard=(rank, n))
+        # = harness.train(ctx, step)   W warm-up steps, then S profiled steps, each on its batch
+        #   harness.finish(ctx, ...)   train/, memory/, flight recorder, run.json "ok"
 
     if __name__ == "__main__":
         harness.entrypoint(main)
@@ -17,11 +18,11 @@ one-rank job. Rank 0 writes run.json (status "running", then "ok"); every rank w
 memory/, train/ and flight-recorder files. Progress goes to stderr only.
 
 What a strategy takes (options, precisions, default global batch, layout check) is its entry in
-instrumented_runs.registry; the options and their checks are instrumented_runs.options, the same
+tracekit.strategies.registry; the options and their checks are tracekit.strategies.options, the same
 the launcher uses. Measurement hooks onto the strategy from outside its algorithm: model states
-are counted by a step pre-hook on its optimizer (``ctx.count_memory_at``), activations by an
-ActivationMeter around each step (``ctx.meter_activations``); nothing in a strategy's step
-mentions either.
+are counted by a step pre-hook on its optimizer (``ctx.count_memory_at``), activations by a
+meter around each step (``ctx.meter_activations``, ``ctx.meter_steps``:
+instrumented_runs.meters); nothing in a strategy's step mentions either.
 
 Test hooks: ``--fail-rank R`` (or TRACEKIT_FAIL_RANK=R) makes rank R raise at step
 ``--fail-step`` (default 0, or TRACEKIT_FAIL_STEP); TRACEKIT_HANG_RANK=R makes rank R sleep
@@ -38,6 +39,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -46,20 +48,21 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from instrumented_runs import options, registry
 from instrumented_runs.data import global_batch, rank_slice
+from instrumented_runs.meters import ActivationPeak, StepMeter
 from instrumented_runs.model import GPTConfig
 from tracekit import capture, runfolder
+from tracekit.strategies import options, registry
 
 # capture.model_states' arguments: params, grads, optimizer, extra_optimizer
 States = dict[str, Any]
 
 
 def parse_args(strategy: registry.Strategy, argv: list[str] | None) -> argparse.Namespace:
-    """Parse and check (instrumented_runs.options, as the launcher does): a bad option, or an
+    """Parse and check (tracekit.strategies.options, as the launcher does): a bad option, or an
     option the strategy does not use, is one line and exit 2; so is a layout the strategy
     cannot run (before joining the process group, on every rank)."""
-    parser = options.rank_parser(strategy, strategy.module)
+    parser = options.rank_parser(strategy, strategy.entry)
     args = parser.parse_args(argv)
     why = options.problem(strategy, args)
     if why:
@@ -95,9 +98,7 @@ class Context:
     step_times: list[float] = field(default_factory=list)
     topology: list[dict[str, Any]] = field(default_factory=list)
     step: int = -1  # the step running now (train)
-    meter: capture.ActivationMeter | None = None  # meter_activations
-    meter_per_step: bool = False
-    activation_peak_bytes: int | None = None
+    step_meters: list[StepMeter] = field(default_factory=list)  # meter_steps
     finishers: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -142,7 +143,12 @@ class Context:
         """Count activation bytes with ``meter`` around every step (:func:`train`): its peak over
         the whole run, or (``per_step``) the peak of the memory step alone, goes into
         memory/rank<R>.json ``activation_peak_bytes``."""
-        self.meter, self.meter_per_step = meter, per_step
+        self.meter_steps(ActivationPeak(meter, self.memory_step if per_step else None))
+
+    def meter_steps(self, meter: StepMeter) -> None:
+        """Run every step inside ``meter.step(k)`` (:func:`train`); what it measured goes into
+        memory/rank<R>.json when the run finishes (:func:`finish`)."""
+        self.step_meters.append(meter)
 
     def at_finish(self, action: Callable[[], None]) -> None:
         """Run ``action`` after training, before the files are written (:func:`finish`)."""
@@ -288,17 +294,11 @@ def _one_step(
         while True:  # a hang: only a signal ends it
             time.sleep(3600)
     ctx.step = k
-    meter = ctx.meter
     t0 = time.perf_counter()
-    if meter is None:
+    with ExitStack() as metered:
+        for meter in ctx.step_meters:
+            metered.enter_context(meter.step(k))
         out = step_fn(k)
-    else:
-        if ctx.meter_per_step:
-            meter.reset_peak()
-        with meter:
-            out = step_fn(k)
-        if ctx.meter_per_step and k == ctx.memory_step:
-            ctx.activation_peak_bytes = meter.peak_bytes
     ctx.step_times.append(time.perf_counter() - t0)
     # None: this rank does not hold the loss (a pipeline stage before the last); no number is
     # logged or kept for it, rather than a NaN
@@ -320,7 +320,7 @@ def train(ctx: Context, step_fn: Callable[[int], float | None]) -> list[float | 
             _one_step(ctx, k, step_fn, losses)
         dist.barrier(group=ctx.meta_group)  # line the ranks up before the traced window
         # phase: profiled steps, one ProfilerStep#<n> each
-        with capture.profile(ctx.run, ctx.rank, ctx.args.steps, ctx.device.type) as prof:
+        with capture.profile_steps(ctx.run, ctx.rank, ctx.args.steps, ctx.device.type) as prof:
             for k in range(ctx.args.warmup, ctx.total_steps):
                 _one_step(ctx, k, step_fn, losses)
                 prof.step()
@@ -337,7 +337,7 @@ def train(ctx: Context, step_fn: Callable[[int], float | None]) -> list[float | 
 
 def finish(
     ctx: Context,
-    losses: list[float],
+    losses: list[float | None],
     params: dict[str, torch.Tensor] | None = None,
     train_extra: dict[str, Any] | None = None,
 ) -> None:
@@ -347,10 +347,9 @@ def finish(
     for action in ctx.finishers:
         action()
     w = ctx.args.warmup
-    meter = ctx.meter
-    peak = ctx.activation_peak_bytes if ctx.meter_per_step or meter is None else meter.peak_bytes
-    if ctx.memory is not None and peak is not None:
-        ctx.memory["activation_peak_bytes"] = peak
+    if ctx.memory is not None:
+        for meter in ctx.step_meters:
+            ctx.memory.update(meter.memory(w))
     capture.write_train(
         ctx.run,
         ctx.rank,
@@ -374,6 +373,25 @@ def finish(
         runfolder.write_json_atomic(runfolder.run_json_path(ctx.run), data)
         _log(f"[{ctx.strategy}] done: {ctx.run}")
     dist.destroy_process_group()
+
+
+def run(
+    ctx: Context,
+    train_step: Callable[[torch.Tensor, torch.Tensor], float | None],
+    params: Callable[[], dict[str, torch.Tensor]],
+    shard: tuple[int, int] | None = None,
+) -> None:
+    """The end of a strategy's ``main``: :func:`train` with ``train_step(tokens, targets)`` on
+    each step's batch, then :func:`finish` with the final parameters, ``params()``.
+
+    ``shard``: (data-parallel rank, data-parallel size): the rank trains on its contiguous slice
+    of the global batch; None: on the whole batch (tensor and pipeline parallelism)."""
+
+    def step(k: int) -> float | None:
+        tokens, targets = ctx.batch(k) if shard is None else ctx.dp_batch(k, *shard)
+        return train_step(tokens, targets)
+
+    finish(ctx, train(ctx, step), params=params())
 
 
 def entrypoint(main: Callable[[], None]) -> None:

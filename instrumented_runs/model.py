@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from instrumented_runs.options import PRECISIONS
+from tracekit.strategies.options import PRECISIONS
 
 
 @dataclass

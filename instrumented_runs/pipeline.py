@@ -20,8 +20,9 @@ training; PipeDream deliberately does not: it updates after every microbatch).
 
 Schedules (one file each): ``pp_gpipe`` (all forwards, all backwards, flush), ``pp_1f1b``
 (PipeDream-Flush: warm-up, one-forward-one-backward, cool-down, flush) and ``pp_pipedream``
-(asynchronous, weight stashing). They share :class:`StageRunner`, which runs one microbatch's
-forward ``F`` or backward ``B`` on this rank's stage with its p2p around it.
+(asynchronous, weight stashing); their op orders are tracekit.strategies.schedules', the lists
+the analysis replays. They share :class:`StageRunner`, which runs one microbatch's forward ``F``
+or backward ``B`` on this rank's stage with its p2p around it.
 
 Point-to-point, each call inside its label (peer = the other rank)::
 
@@ -40,16 +41,16 @@ in schedule order, and on every (src, dst) pair messages go in one direction onl
 down, gradients up) in microbatch order, so no schedule here can deadlock: gloo matches the k-th
 send to the k-th receive of a pair.
 
-Memory. :class:`tracekit.capture.ActivationMeter` (parameters excluded) counts the bytes autograd
-keeps for backward on this stage; a microbatch's are freed by its backward. So the peak is
+Memory. :class:`instrumented_runs.meters.StageMeter`, hooked around each step by the harness and
+after each op by the runner's ``after_op``, counts the bytes autograd keeps for backward on this
+stage (parameters excluded); a microbatch's are freed by its backward. So the peak is
 (max in-flight microbatches) x (bytes per microbatch): m x for GPipe, (p-s) x for 1F1B.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -57,9 +58,11 @@ import torch.nn as nn
 
 from instrumented_runs import harness
 from instrumented_runs.data import rank_slice
+from instrumented_runs.meters import StageMeter
 from instrumented_runs.model import GPT, GPTConfig, loss_fn
-from tracekit import capture, labels, theory
+from tracekit import labels, theory
 from tracekit.capture import region
+from tracekit.strategies.schedules import FORWARD, Op
 
 SEND_WAIT = "sends"  # comm:wait:sends, the flush's wait for outstanding isends
 LOSS = "loss"  # comm:broadcast:loss, the last stage's loss to every rank
@@ -195,7 +198,7 @@ class StageRunner:
     """Runs F and B of single microbatches on this rank's stage; the schedules decide the order.
 
     Keeps, per microbatch in flight, the stage's input and its output (or scaled loss) until the
-    backward; counts in-flight microbatches and activation bytes (ActivationMeter) per step.
+    backward. Measurement hooks on from outside (``after_op``: instrumented_runs.meters).
     """
 
     def __init__(
@@ -208,32 +211,12 @@ class StageRunner:
         self.prev = dist.get_global_rank(group, rank - 1) if not stage.first else None
         self.next = dist.get_global_rank(group, rank + 1) if not stage.last else None
         self.last_rank = dist.get_global_rank(group, self.p - 1)
-        self.meter = capture.ActivationMeter(exclude=stage.parameters())
-        self.saved: dict[
-            int, tuple[torch.Tensor, torch.Tensor]
-        ] = {}  # mb -> (input, output or loss)
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # mb -> (input, output)
         self.sends: list[dist.Work] = []
         self.expected: dict[str, deque[int]] = {"act": deque(), "grad": deque()}
         self.posted: dict[str, deque[PostedRecv]] = {"act": deque(), "grad": deque()}
         self.losses: dict[int, float] = {}  # mb -> unscaled loss (last stage)
-        self.inflight = 0
-        self.bytes_per_microbatch = 0
-        self.steps: list[dict[str, int]] = []  # per step: max in flight, activation peak
-
-    # per-step bookkeeping (ActivationMeter peak and in-flight maximum)
-    def begin_step(self) -> None:
-        self.meter.reset_peak()
-        self._max_inflight = self.inflight
-
-    def end_step(self, step: int, **extra: int) -> None:
-        self.steps.append(
-            {
-                "step": step,
-                "max_inflight_microbatches": self._max_inflight,
-                "activation_peak_bytes": self.meter.peak_bytes,
-                **extra,
-            }
-        )
+        self.after_op: list[Callable[[str, int], None]] = []  # hooks: (kind, mb) after F / B
 
     def expect(self, what: str, mbs: Iterable[int]) -> None:
         """The microbatches whose activations (``"act"``, from upstream) or output gradients
@@ -286,20 +269,17 @@ class StageRunner:
         x = tokens if self.stage.first else self._receive("act", mb)
         if not self.stage.first:
             x.requires_grad_()
-        before = self.meter.current_bytes
-        with region(labels.pipeline("F", self.s, mb, version)), self.meter:
+        with region(labels.pipeline("F", self.s, mb, version)):
             y = self.stage(x)
             if self.stage.last:
                 y = loss_fn(y, targets) / self.m  # loss scaling: L = (1/m) sum_j L_j
-        added = self.meter.current_bytes - before  # the smallest is the steady per-microbatch size
-        self.bytes_per_microbatch = min(self.bytes_per_microbatch or added, added)
         self.saved[mb] = (x, y)
-        self.inflight += 1
-        self._max_inflight = max(self._max_inflight, self.inflight)
         if self.stage.last:
             self.losses[mb] = y.item() * self.m
         else:
             self.sends.append(send_activation(y.detach(), mb, self.next, self.group))
+        for hook in self.after_op:
+            hook("F", mb)
 
     def backward(
         self, mb: int, version: int | None = None, staleness: int | None = None
@@ -312,8 +292,17 @@ class StageRunner:
             torch.autograd.backward(y, grad)
         if not self.stage.first:
             self.sends.append(send_grad(x.grad, mb, self.prev, self.group))
-        self.inflight -= 1
+        for hook in self.after_op:
+            hook("B", mb)
         return grad
+
+    def run(self, order: Iterable[Op], micro: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Run ``order`` (tracekit.strategies.schedules) on the microbatches ``micro``."""
+        for kind, j in order:
+            if kind == FORWARD:
+                self.forward(j, *micro[j])
+            else:
+                self.backward(j)
 
     def input_of(self, mb: int) -> torch.Tensor:
         return self.saved[mb][0]
@@ -351,8 +340,10 @@ def check_layout(world_size: int, nodes: int) -> str | None:
     return None
 
 
-def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]:
-    """Stage of this rank, its runner and m; records the pipeline options in run.json."""
+def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, StageMeter]:
+    """Stage of this rank, its runner and the meter the harness hooks around each step
+    (memory/rank<R>.json: activations, microbatches in flight); records the pipeline options
+    in run.json."""
     p, cfg = ctx.world_size, ctx.model_config
     m = ctx.args.microbatches or 2 * p  # default: m = 2p (the layout: checked by the harness)
     if ctx.args.global_batch % m:
@@ -362,6 +353,8 @@ def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]
     stage = Stage(cfg, ctx.args.seed, dist.get_rank(ctx.group), p).to(ctx.device)
     mb_shape = (ctx.args.global_batch // m, cfg.seq_len, cfg.d_model)
     runner = StageRunner(stage, ctx.group, m, mb_shape)
+    meter = StageMeter(runner)
+    ctx.meter_steps(meter)
     ctx.strategy_options.update(
         schedule=schedule,
         stages=p,
@@ -372,27 +365,12 @@ def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, int]
         if schedule != "pipedream"
         else None,
     )
-    return stage, runner, m
+    return stage, runner, meter
 
 
-def record_memory(ctx: harness.Context, runner: StageRunner, **extra: Any) -> None:
-    """Add the stage's activation peak and in-flight microbatches to memory/rank<R>.json."""
-    profiled = [s for s in runner.steps if s["step"] >= ctx.args.warmup] or runner.steps
-    if ctx.memory is None:
-        return
-    ctx.memory.update(
-        stage=runner.s,
-        stages=runner.p,
-        microbatches=runner.m,
-        activation_peak_bytes=max(s["activation_peak_bytes"] for s in profiled),
-        activation_bytes_per_microbatch=runner.bytes_per_microbatch,
-        max_inflight_microbatches=max(s["max_inflight_microbatches"] for s in profiled),
-        per_step=runner.steps,
-        **extra,
-    )
-
-
-def share_losses(ctx: harness.Context, runner: StageRunner, losses: list[float]) -> list[float]:
+def share_losses(
+    ctx: harness.Context, runner: StageRunner, losses: list[float | None]
+) -> list[float | None]:
     """Every rank gets the last stage's losses (after training, outside the profiled steps)."""
     box = [losses]
     dist.broadcast_object_list(box, src=runner.last_rank, group=ctx.meta_group)

@@ -48,25 +48,10 @@ import torch
 
 from instrumented_runs import harness
 from instrumented_runs.model import make_optimizer
-from instrumented_runs.pipeline import (
-    StageRunner,
-    flush,
-    record_memory,
-    setup,
-    split_microbatches,
-)
+from instrumented_runs.pipeline import StageRunner, flush, setup, split_microbatches
 from tracekit import labels
 from tracekit.capture import region
-
-
-def one_f_one_b_order(p: int, r: int, n: int) -> list[tuple[str, int]]:
-    """The 1F1B op order of n microbatches on stage r: warm-up, steady 1F1B, cool-down."""
-    w = min(p - r - 1, n)
-    order = [("F", j) for j in range(w)]  # warm-up
-    for i in range(n - w):  # steady state
-        order += [("F", w + i), ("B", i)]
-    order += [("B", j) for j in range(n - w, n)]  # cool-down
-    return order
+from tracekit.strategies import schedules
 
 
 class OneFOneB:
@@ -75,35 +60,25 @@ class OneFOneB:
     def __init__(self, runner: StageRunner, optimizer: torch.optim.Optimizer) -> None:
         self.runner, self.optimizer = runner, optimizer
 
-    def train_step(self, k: int, tokens: torch.Tensor, targets: torch.Tensor) -> float:
-        r, m, p, s = self.runner, self.runner.m, self.runner.p, self.runner.s
+    def train_step(self, tokens: torch.Tensor, targets: torch.Tensor) -> float:
+        r, m = self.runner, self.runner.m
         micro = split_microbatches(tokens, targets, m)
-        warmup = min(p - s - 1, m)
-        r.begin_step()
         with region(labels.STEP):
             r.expect("act", range(m))  # posted one ahead: the transfer overlaps compute
             r.expect("grad", range(m))
             with region(labels.ZERO_GRAD):
                 self.optimizer.zero_grad(set_to_none=True)
-            # phase: warm-up: p-s-1 forwards fill the stages below this one
-            for j in range(warmup):
-                r.forward(j, *micro[j])
-            # phase: steady 1F1B: one forward, then the oldest backward (frees its activations)
-            for i in range(m - warmup):
-                r.forward(warmup + i, *micro[warmup + i])
-                r.backward(i)
-            # phase: cool-down: the backwards still in flight
-            for j in range(m - warmup, m):
-                r.backward(j)
+            # phases: warm-up (p-s-1 forwards fill the stages below this one), steady 1F1B (one
+            # forward, then the oldest backward, which frees its activations), cool-down (the
+            # backwards still in flight): the order the replay replays
+            r.run(schedules.one_f_one_b(r.p, r.s, m), micro)
             # phase: flush: every send received, then one synchronous optimizer step
-            loss = flush(r, self.optimizer)
-        r.end_step(k)
-        return loss
+            return flush(r, self.optimizer)
 
 
 def main(argv: list[str] | None = None) -> None:
     ctx = harness.start("pp-1f1b", argv)
-    stage, runner, m = setup(ctx, "1f1b")
+    stage, runner, _ = setup(ctx, "1f1b")
     optimizer = make_optimizer(stage.parameters())
     sched = OneFOneB(runner, optimizer)
     ctx.count_memory_at(
@@ -114,14 +89,7 @@ def main(argv: list[str] | None = None) -> None:
             optimizer=optimizer,
         ),
     )
-
-    def step(k: int) -> float:
-        tokens, targets = ctx.batch(k)
-        return sched.train_step(k, tokens, targets)
-
-    losses = harness.train(ctx, step)
-    record_memory(ctx, runner)
-    harness.finish(ctx, losses, params=stage.global_state_dict())
+    harness.run(ctx, sched.train_step, stage.global_state_dict)
 
 
 if __name__ == "__main__":

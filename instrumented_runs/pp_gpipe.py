@@ -46,15 +46,10 @@ import torch
 
 from instrumented_runs import harness
 from instrumented_runs.model import make_optimizer
-from instrumented_runs.pipeline import (
-    StageRunner,
-    flush,
-    record_memory,
-    setup,
-    split_microbatches,
-)
+from instrumented_runs.pipeline import StageRunner, flush, setup, split_microbatches
 from tracekit import labels
 from tracekit.capture import region
+from tracekit.strategies import schedules
 
 
 class GPipe:
@@ -63,30 +58,24 @@ class GPipe:
     def __init__(self, runner: StageRunner, optimizer: torch.optim.Optimizer) -> None:
         self.runner, self.optimizer = runner, optimizer
 
-    def train_step(self, k: int, tokens: torch.Tensor, targets: torch.Tensor) -> float:
+    def train_step(self, tokens: torch.Tensor, targets: torch.Tensor) -> float:
         r, m = self.runner, self.runner.m
         micro = split_microbatches(tokens, targets, m)
-        r.begin_step()
         with region(labels.STEP):
             r.expect("act", range(m))  # posted one ahead: the transfer overlaps compute
             r.expect("grad", range(m))
             with region(labels.ZERO_GRAD):
                 self.optimizer.zero_grad(set_to_none=True)
-            # phase: fill + forwards: all m microbatches go down the pipeline
-            for j in range(m):
-                r.forward(j, *micro[j])
-            # phase: backwards: gradients come back up; stage s holds all m activations until now
-            for j in range(m):
-                r.backward(j)
+            # phases: fill + forwards (all m microbatches go down the pipeline), then backwards
+            # (gradients come back up; stage s holds all m activations until then)
+            r.run(schedules.gpipe(m), micro)
             # phase: flush: every send received, then one synchronous optimizer step
-            loss = flush(r, self.optimizer)
-        r.end_step(k)
-        return loss
+            return flush(r, self.optimizer)
 
 
 def main(argv: list[str] | None = None) -> None:
     ctx = harness.start("pp-gpipe", argv)
-    stage, runner, m = setup(ctx, "gpipe")
+    stage, runner, _ = setup(ctx, "gpipe")
     optimizer = make_optimizer(stage.parameters())
     gpipe = GPipe(runner, optimizer)
     ctx.count_memory_at(
@@ -97,14 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             optimizer=optimizer,
         ),
     )
-
-    def step(k: int) -> float:
-        tokens, targets = ctx.batch(k)
-        return gpipe.train_step(k, tokens, targets)
-
-    losses = harness.train(ctx, step)
-    record_memory(ctx, runner)
-    harness.finish(ctx, losses, params=stage.global_state_dict())
+    harness.run(ctx, gpipe.train_step, stage.global_state_dict)
 
 
 if __name__ == "__main__":

@@ -54,15 +54,14 @@ from instrumented_runs import checks, harness
 from instrumented_runs.model import LR
 from instrumented_runs.pipeline import (
     StageRunner,
-    record_memory,
     setup,
     share_losses,
     split_microbatches,
     wait_sends,
 )
-from instrumented_runs.pp_1f1b import one_f_one_b_order
 from tracekit import labels
 from tracekit.capture import region
+from tracekit.strategies import schedules
 
 
 class PipeDream:
@@ -77,7 +76,8 @@ class PipeDream:
     ) -> None:
         self.runner, self.optimizer, self.batch_of = runner, optimizer, batch_of
         p, s, m = runner.p, runner.s, runner.m
-        self.stream = one_f_one_b_order(p, s, total_steps * m)  # warm-up once, cool-down once
+        # one 1F1B stream over every step: warm-up once, cool-down once
+        self.stream = schedules.stream("pipedream", p, m, s, total_steps)
         self.slots = [
             (mod, name)
             for mod in runner.stage.modules()
@@ -166,9 +166,7 @@ class PipeDream:
     def train_step(self, k: int, last_step: bool) -> float | None:
         """Stream ops 2mk .. 2m(k+1)-1: m forwards and m backwards of the endless 1F1B stream."""
         r, m = self.runner, self.runner.m
-        r.begin_step()
-        max_versions = self.versions_held()
-        ops = self.stream[2 * m * k : 2 * m * (k + 1)]
+        ops = [(kind, step * m + j) for kind, step, j in self.stream[2 * m * k : 2 * m * (k + 1)]]
         with region(labels.STEP):
             r.expect("act", [g for kind, g in ops if kind == "F"])  # receives posted ahead
             r.expect("grad", [g for kind, g in ops if kind == "B"])
@@ -178,25 +176,25 @@ class PipeDream:
                     self.forward(g)
                 else:
                     self.backward_and_update(g)
-                max_versions = max(max_versions, self.versions_held())
                 r.prune_sends()
             if last_step:
                 wait_sends(r.sends, "end")  # comm:wait:sends:end: training ends, no flush
-        r.end_step(k, weight_versions=max_versions)
         done = [e["mb"] for e in self.log if e["step"] == k] if r.stage.last else []
         return r.step_loss(done)  # None off the last stage (share_losses fills it in later)
 
 
 def main(argv: list[str] | None = None) -> None:
     ctx = harness.start("pp-pipedream", argv)
-    stage, runner, m = setup(ctx, "pipedream")
+    stage, runner, meter = setup(ctx, "pipedream")
+    m = runner.m
     # one update per microbatch: the fused Adam kernel (a few ops per update, not a few per tensor)
     optimizer = torch.optim.Adam(stage.parameters(), lr=LR, betas=(0.9, 0.95), fused=True)
     pd = PipeDream(runner, optimizer, ctx.total_steps, ctx.batch)
     ctx.strategy_options.update(weight_versions_theory=[runner.p - s for s in range(runner.p)])
     # measurement, hooked on each update: the activation meter skips the weights (live and
     # stashed, by storage); the model states are every copy held
-    optimizer.register_step_pre_hook(lambda *_: runner.meter.exclude_only(pd.weights_held()))
+    optimizer.register_step_pre_hook(lambda *_: meter.activations.exclude_only(pd.weights_held()))
+    meter.track_max("weight_versions", pd.versions_held)  # per step, into memory/rank<R>.json
     ctx.count_memory_at(
         optimizer,
         lambda: dict(
@@ -212,9 +210,7 @@ def main(argv: list[str] | None = None) -> None:
 
     losses = harness.train(ctx, step)
     losses = share_losses(ctx, runner, losses)
-    profiled = [s for s in runner.steps if s["step"] >= ctx.args.warmup] or runner.steps
-    weight_versions = max(s["weight_versions"] for s in profiled)
-    record_memory(ctx, runner, weight_versions=weight_versions)
+    weight_versions = meter.profiled_max("weight_versions", ctx.args.warmup)
     harness.finish(
         ctx,
         losses,

@@ -14,7 +14,7 @@ import torch
 
 from instrumented_runs.data import global_batch, rank_slice
 from instrumented_runs.model import GPT, GPTConfig, setup_precision
-from instrumented_runs.registry import DEFAULT_GLOBAL_BATCH
+from tracekit.strategies.registry import DEFAULT_GLOBAL_BATCH
 
 
 def train_single(

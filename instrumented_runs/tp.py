@@ -356,13 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     # activations: the peak of the memory step; parameters (after the bf16 cast) are not ones
     ctx.meter_activations(capture.ActivationMeter(exclude=model.parameters()), per_step=True)
     ctx.count_memory_at(optimizer, lambda: memory_states(model, optimizer, master))
-
-    def step(k: int) -> float:
-        tokens, targets = ctx.batch(k)  # every TP rank sees the whole batch
-        return tp.train_step(tokens, targets)
-
-    losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=model.state_dict())
+    harness.run(ctx, tp.train_step, model.state_dict)  # every TP rank sees the whole batch
 
 
 if __name__ == "__main__":

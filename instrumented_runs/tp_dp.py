@@ -96,14 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     # activations: the peak of the memory step; parameters (after the bf16 cast) are not ones
     ctx.meter_activations(capture.ActivationMeter(exclude=model.parameters()), per_step=True)
     ctx.count_memory_at(optimizer, lambda: memory_states(model, optimizer, master))
-
-    def step(k: int) -> float:
-        # one slice per node, the whole slice on every TP rank of the node
-        tokens, targets = ctx.dp_batch(k, dp_rank, dp_size)
-        return dp.train_step(tokens, targets)
-
-    losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=model.state_dict())
+    # one slice per node, the whole slice on every TP rank of the node
+    harness.run(ctx, dp.train_step, model.state_dict, (dp_rank, dp_size))
 
 
 if __name__ == "__main__":

@@ -135,13 +135,7 @@ def main(argv: list[str] | None = None) -> None:
             extra_optimizer=zero.opt.master_copies(),
         ),
     )
-
-    def step(k: int) -> float:
-        tokens, targets = ctx.dp_batch(k, zero.rank, zero.world_size)
-        return zero.train_step(tokens, targets)
-
-    losses = harness.train(ctx, step)
-    harness.finish(ctx, losses, params=model.state_dict())
+    harness.run(ctx, zero.train_step, model.state_dict, (zero.rank, zero.world_size))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def main() -> None:
     shard = torch.empty(ELEMS // 2)
     for k in range(1 + STEPS):  # one unprofiled warm-up step, then the profiled ones
         if k == 1:
-            prof_cm = capture.profile(run, rank, STEPS)
+            prof_cm = capture.profile_steps(run, rank, STEPS)
             prof = prof_cm.__enter__()
         if rank == 1:
             time.sleep(SLEEP_S)

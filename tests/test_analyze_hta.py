@@ -11,7 +11,7 @@ import pytest
 from conftest import HTA
 from corpus_reference import differences, rank_seconds
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 # trace, rank -> (idle %, compute %, non-compute %, comm overlapped %)
 PUBLISHED = {

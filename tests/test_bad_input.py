@@ -21,7 +21,7 @@ from conftest import ROOT, SAMPLES, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.errors import TracekitError
 
 TRACE = SAMPLES / "dp" / "traces" / "rank0.json.gz"

@@ -17,7 +17,7 @@ import pytest
 from conftest import HTA, SAMPLES, run_cli, spy_parses
 from polars.testing import assert_frame_equal
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.ingest import cache, cache_paths
 from tracekit.ingest.kineto import read_traces
 

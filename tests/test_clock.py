@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DP = REPO / "sample_traces" / "dp"

@@ -26,7 +26,7 @@ from builders.traces import write_trace
 from conftest import run_cli
 from corpus_reference import breakdown, load
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 HERE = Path(__file__).resolve().parent
 ROOTS = [HERE / "data" / "corpus"] + (

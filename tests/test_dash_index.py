@@ -16,7 +16,7 @@ import pytest
 from conftest import serve_flask
 
 from tracekit import figures as F
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 pytestmark = [pytest.mark.slow]
 CHROMIUM = Path("/usr/bin/chromium")

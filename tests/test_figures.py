@@ -18,7 +18,7 @@ from builders.analyses import big_timeline, synthetic_analysis
 from conftest import HTA
 
 from tracekit import figures as F
-from tracekit.analyze import Analysis, analyze
+from tracekit.analysis import Analysis, analyze
 from tracekit.figures.binning import MAX_BINS, MAX_CELLS, bin_states
 from tracekit.figures.style import STATE_LABELS, STATES
 

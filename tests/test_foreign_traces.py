@@ -15,7 +15,7 @@ import pytest
 from builders.traces import read_gz, write_trace
 from conftest import HTA, SAMPLES, run_cli, torchrun
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.errors import TracekitError
 from tracekit.ingest import read_traces
 from tracekit.runfolder import find_trace_files

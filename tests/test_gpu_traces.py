@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from corpus_reference import differences, rank_seconds
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 GPU = Path(__file__).resolve().parent / "data" / "gpu"
 

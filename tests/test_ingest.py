@@ -535,3 +535,12 @@ def test_damaged_traces_parse_or_raise_tracekit_error(
     assert isinstance(info, TraceInfo) and all(isinstance(w, str) for w in info.warnings)
     assert frame["rank"].is_in([info.rank]).all()
     assert not any(math.isnan(x) for x in frame["start_ns"].cast(pl.Float64))
+
+
+def test_every_source_maps_its_op_names_onto_the_one_list() -> None:
+    """The profiler's, the flight recorder's and NCCL's op names all land on labels.COMM_OPS."""
+    from tracekit.ingest import collectives, flight_recorder, nccl_lines
+    from tracekit.labels import COMM_OPS
+
+    for names in (collectives._OP_NAMES, flight_recorder._OP_NAMES, nccl_lines.OPS):
+        assert set(names.values()) <= set(COMM_OPS), set(names.values()) - set(COMM_OPS)

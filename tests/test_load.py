@@ -15,7 +15,7 @@ from conftest import ROOT, SAMPLES
 
 from tracekit import runfolder
 from tracekit.analyses.prepare import prepare
-from tracekit.analyze import analyze, assemble, run_sections
+from tracekit.analysis import analyze, assemble, run_sections
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.load import assemble as assemble_job
 from tracekit.ingest.load import load, load_rank, locate, read_selected

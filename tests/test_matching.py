@@ -18,7 +18,7 @@ from conftest import torchrun
 from tracekit import runfolder
 from tracekit.analyses.groups import match_entries
 from tracekit.analyses.matching import best_shift
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.ingest.flight_recorder import read_flight_records
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from conftest import SAMPLES
 from instrumented_runs.model import GPTConfig
 from tracekit import runfolder, theory
 from tracekit.analyses.memory import sharding_degree, theory_for
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.ingest.kineto import read_trace, read_traces
 from tracekit.ingest.run_record import RunRecord
 

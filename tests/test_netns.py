@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tracekit import runfolder
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.capture import netns
 from tracekit.capture.launch import RunOptions, run_job
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SAMPLES, run_cli
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 DP = SAMPLES / "dp"
 IS_ROOT = os.geteuid() == 0

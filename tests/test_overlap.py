@@ -11,7 +11,7 @@ import pytest
 from conftest import SAMPLES, torchrun
 
 from tracekit.analyses.overlap import compute_intervals, overlap_summary, overlap_units
-from tracekit.analyze import Analysis, analyze
+from tracekit.analysis import Analysis, analyze
 
 FSDP2_JOB = textwrap.dedent('''
     """2-rank FSDP2 job: fully_shard per block and on the root, 2 profiled steps into OUT/traces/."""
@@ -37,7 +37,7 @@ FSDP2_JOB = textwrap.dedent('''
         opt.zero_grad()
 
     step()
-    with capture.profile(sys.argv[1], dist.get_rank(), steps=2) as prof:
+    with capture.profile_steps(sys.argv[1], dist.get_rank(), steps=2) as prof:
         for _ in range(2):
             step()
             prof.step()

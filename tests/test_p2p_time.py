@@ -17,7 +17,7 @@ import pytest
 from conftest import SAMPLES
 from corpus_reference import differences, rank_seconds
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 
 def _check(run: Path) -> dict[int, dict[str, float]]:

@@ -13,7 +13,7 @@ from conftest import ROOT, SAMPLES, torchrun
 from tracekit import theory
 from tracekit.analyses.pipeline_ops import parse_op, pipeline_ops
 from tracekit.analyses.replay import replay
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 # --- the replay: theory for uniform stages, hand simulations for non-uniform ones -------------------
 

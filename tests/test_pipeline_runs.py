@@ -16,11 +16,11 @@ from torch.func import functional_call
 
 from instrumented_runs.model import GPTConfig, loss_fn
 from instrumented_runs.pipeline import Stage
-from instrumented_runs.registry import STRATEGIES
 from instrumented_runs.single import train_single
 from tracekit import capture, runfolder, theory
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.capture.launch import RunOptions, run_job
+from tracekit.strategies.registry import STRATEGIES
 
 pytestmark = pytest.mark.slow
 

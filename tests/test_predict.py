@@ -6,18 +6,17 @@ tests/test_predict_network.py.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
 import pytest
 from conftest import SAMPLES, run_cli
 
-from tracekit.analyses import predict as model
-from tracekit.analyses.predict_program import Call, Item, Program, common_origin
+from tracekit import prediction as P
+from tracekit.analyses import network_replay as model
+from tracekit.analyses.network_program import Call, Item, Program, common_origin
 from tracekit.errors import TracekitError
 
-P = importlib.import_module("tracekit.predict")  # the module (tracekit.predict is the function)
 HSDP = SAMPLES / "hsdp"
 
 

@@ -18,7 +18,7 @@ from conftest import ROOT, run_cli, torchrun
 
 import tracekit
 from tracekit import runfolder
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 USER_JOB = textwrap.dedent("""
     import json, os, sys

@@ -21,8 +21,8 @@ from builders.traces import HTA as HTA_CORPUS
 from conftest import SAMPLES, run_cli
 
 from tracekit.analyses.event_totals import event_totals
+from tracekit.analysis import analyze
 from tracekit.analysis_folder import is_analysis, write_analysis
-from tracekit.analyze import analyze
 from tracekit.ingest.load import load
 from tracekit.ingest.spill import PREFIX
 

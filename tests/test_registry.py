@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from instrumented_runs import options, registry
-from instrumented_runs.options import RunOptions
 from tracekit import theory
-from tracekit.analyses import replay
+from tracekit.strategies import options, registry, schedules
+from tracekit.strategies.options import RunOptions
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_registry_is_torch_free() -> None:
-    code = "import sys, instrumented_runs.registry; print('torch' in sys.modules)"
+    code = "import sys, tracekit.strategies.registry; print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
@@ -29,13 +28,13 @@ def test_registry_is_torch_free() -> None:
 @pytest.mark.parametrize("name", list(registry.STRATEGIES))
 def test_entry_names_what_exists(name: str) -> None:
     s = registry.STRATEGIES[name]
-    module = importlib.import_module(s.module)
+    module = importlib.import_module(s.entry)
     assert callable(module.main)
     if s.layout:
         mod, fn = s.layout.split(":")
-        assert callable(getattr(importlib.import_module(mod), fn))
+        assert callable(getattr(importlib.import_module(f"{registry.PACKAGE}.{mod}"), fn))
     if s.schedule is not None:
-        assert s.schedule in replay.SCHEDULES
+        assert s.schedule in schedules.SCHEDULES
     if s.theory is not None:  # the family has a formula, at every precision the strategy runs
         for precision in s.precisions:
             assert theory.model_states_bytes(s.theory, precision, 1000, 4) is not None
@@ -43,16 +42,20 @@ def test_entry_names_what_exists(name: str) -> None:
 
 def test_a_wrong_entry_is_refused_on_construction() -> None:
     with pytest.raises(ValueError, match="not an optional option"):
-        registry.Strategy("x", "instrumented_runs.x", uses=frozenset({"steps"}))
+        registry.Strategy("x", "x", uses=frozenset({"steps"}))
     with pytest.raises(ValueError, match="demo option 'nprocs' unknown"):
-        registry.Strategy("x", "instrumented_runs.x", demo=registry._demo({"nprocs": 2}))
+        registry.Strategy("x", "x", demo=registry._demo({"nprocs": 2}))
     with pytest.raises(ValueError, match="precision 'fp8'"):
-        registry.Strategy("x", "instrumented_runs.x", precisions=("fp8",))
+        registry.Strategy("x", "x", precisions=("fp8",))
+    with pytest.raises(ValueError, match="schedule 'zb-h1' unknown"):
+        registry.Strategy("x", "x", schedule="zb-h1")
+    with pytest.raises(ValueError, match="not a module name"):
+        registry.Strategy("x", "instrumented.x")
 
 
 def _parsed(opts: RunOptions) -> object:
     spec = registry.STRATEGIES[opts.strategy]
-    return options.rank_parser(spec, spec.module).parse_args(
+    return options.rank_parser(spec, spec.entry).parse_args(
         ["--run-dir", "/tmp/r", *options.rank_args(opts)]
     )
 

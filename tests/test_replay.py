@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import theory
-from tracekit.analyses.replay import replay, schedule_order
+from tracekit.analyses.replay import replay
+from tracekit.strategies.schedules import step_order as schedule_order
+from tracekit.strategies.schedules import stream
 
 TIMES = st.sampled_from([(1.0, 1.0), (1.0, 2.0), (0.25, 0.75), (3.0, 1.0)])
 
@@ -73,6 +75,24 @@ def test_schedule_orders():
     assert schedule_order("pipedream", 4, 4, 1) == schedule_order("1f1b", 4, 4, 1)
     with pytest.raises(ValueError):
         schedule_order("zb-h1", 2, 2, 0)
+
+
+def test_streams() -> None:
+    """GPipe and 1F1B repeat one step's order per step; PipeDream's steps are one 1F1B stream:
+    on stage 0 of p=2, m=2 step 1's first forward runs before step 0's last backward."""
+    assert stream("1f1b", 2, 2, 0, 2) == [
+        (k, s, j) for s in range(2) for k, j in schedule_order("1f1b", 2, 2, 0)
+    ]
+    assert stream("pipedream", 2, 2, 0, 2) == [
+        ("F", 0, 0),
+        ("F", 0, 1),
+        ("B", 0, 0),
+        ("F", 1, 0),
+        ("B", 0, 1),
+        ("F", 1, 1),
+        ("B", 1, 0),
+        ("B", 1, 1),
+    ]
 
 
 # p=2, m=2; stage 0: F=1, B=2; stage 1: F=3, B=1 (a slow last stage).

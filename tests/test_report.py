@@ -20,7 +20,7 @@ from builders.traces import xss_trace_folder
 from conftest import run_cli
 
 from tracekit import figures as F
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.errors import TracekitError
 from tracekit.report import default_output, write_report
 

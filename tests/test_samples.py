@@ -8,7 +8,7 @@ import pytest
 from conftest import SAMPLES, run_cli
 from corpus_reference import differences, rank_seconds
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.runfolder import is_run_folder
 
 RUNS = sorted(p for p in SAMPLES.iterdir() if is_run_folder(p)) if SAMPLES.is_dir() else []

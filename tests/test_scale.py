@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import HTA, run_cli, spy_parses
 
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.ingest.kineto_info import peek_distributed_info, peek_rank
 from tracekit.ingest.selection import select, spread
 

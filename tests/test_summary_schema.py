@@ -16,7 +16,7 @@ import pytest
 from conftest import HTA, ROOT, SAMPLES
 
 from tracekit import theory
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.runfolder import is_run_folder
 from tracekit.summary import Summary, encode, from_json, to_struct
 from tracekit.summary.__main__ import main as summary_main

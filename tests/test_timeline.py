@@ -18,7 +18,7 @@ from corpus_reference import differences, rank_seconds
 
 from tracekit import timeline
 from tracekit.analyses import breakdown
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 
 
 def ev(

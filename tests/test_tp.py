@@ -15,7 +15,7 @@ from instrumented_runs.model import GPT, GPTConfig
 from instrumented_runs.single import train_single
 from instrumented_runs.tp import full_state_dict, shard_param, sharding_of
 from tracekit import capture, labels, runfolder, timeline
-from tracekit.analyze import Analysis, analyze
+from tracekit.analysis import Analysis, analyze
 from tracekit.capture.launch import RunOptions, run_job
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ import pytest
 from tracekit import runfolder
 from tracekit.analyses.traffic import link_bytes
 from tracekit.analyses.traffic_section import model_calls
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.capture.launch import RunOptions, run_job
 from tracekit.ingest.nccl_log import read_nccl_logs, ring_order
 

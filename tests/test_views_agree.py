@@ -24,7 +24,7 @@ from builders.summary import complete
 from conftest import SAMPLES, run_cli
 
 from tracekit.analyses.group_names import group_label, ranks_text, row_label
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 from tracekit.report import compare_table
 from tracekit.summary import to_struct
 

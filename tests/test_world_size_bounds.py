@@ -113,7 +113,7 @@ DASH_FIGURES = """
 import json, sys
 from pathlib import Path
 from tracekit import figures
-from tracekit.analyze import analyze
+from tracekit.analysis import analyze
 figs = figures.figures_for(analyze(Path(sys.argv[1])))
 print(json.dumps({k: v is not None for k, v in figs.items()}))
 """

@@ -20,12 +20,12 @@ from conftest import SAMPLES
 
 from instrumented_runs.harness import parse_args
 from instrumented_runs.model import GPTConfig
-from instrumented_runs.registry import STRATEGIES
 from instrumented_runs.single import train_single
 from tracekit import capture, runfolder, theory
-from tracekit.analyze import Analysis, analyze
+from tracekit.analysis import Analysis, analyze
 from tracekit.capture.launch import RunOptions, run_job, validate
 from tracekit.errors import TracekitError
+from tracekit.strategies.registry import STRATEGIES
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,6 @@ polars and the analyses are imported. The capture API (``profile``, ...) imports
 from __future__ import annotations
 
 import os
-import sys
-import types
 
 from tracekit._lazy import lazy_attributes
 from tracekit._version import __version__
@@ -37,29 +35,12 @@ __all__ = [
 
 #: public name -> the module that defines it
 _LAZY = {
-    "Analysis": "tracekit.analyze",
-    "analyze": "tracekit.analyze",
-    "predict": "tracekit.predict",
+    "Analysis": "tracekit.analysis",
+    "analyze": "tracekit.analysis",
+    "predict": "tracekit.prediction",
     **{
         name: "tracekit.capture.profiler"
         for name in ("profile", "profiled", "StepProfiler", "Profiler", "ProfileWarning")
     },
 }
-#: functions named like the submodule that defines them
-_SHADOWED = ("analyze", "predict")
-
-
-class _Package(types.ModuleType):
-    """Keeps ``tracekit.analyze`` / ``tracekit.predict`` the functions: importing the submodule
-    of the same name sets the package's attribute to the module, which would hide them."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
 __getattr__ = lazy_attributes(__name__, _LAZY, globals())

@@ -20,7 +20,7 @@ from tracekit.errors import TracekitError
 from tracekit.summary import encode
 
 if TYPE_CHECKING:
-    from tracekit.analyze import Analysis
+    from tracekit.analysis import Analysis
 
 
 def default_out_dir(path: Path) -> Path:

@@ -59,18 +59,6 @@ EVENT_SCHEMA: dict[str, type[pl.DataType]] = {
     "external_id": pl.Int64,
 }
 
-COMM_OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "all_to_all",
-    "send",
-    "recv",
-    "barrier",
-)
-
 
 def empty_events() -> pl.DataFrame:
     """An events table with no rows and the full schema."""

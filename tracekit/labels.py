@@ -64,6 +64,9 @@ PHASES = (STEP, FORWARD, BACKWARD, OPTIMIZER, ZERO_GRAD)
 
 COMM_PREFIX = "comm"
 WAIT = "wait"
+#: The communication ops, one word each, written once: the ``<op>`` of ``comm:<op>:...`` labels
+#: and the words of the events' ``op`` column, to which ingest maps every source's own names
+#: (tracekit.ingest.collectives, flight_recorder, nccl_lines; tests/test_ingest.py checks it).
 COMM_OPS = (
     "all_reduce",
     "all_gather",

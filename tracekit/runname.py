@@ -6,7 +6,7 @@
 One function for every place that lists runs side by side (``tracekit compare``, ``tracekit
 demo``, the Dash index), so that a run reads the same everywhere. The name comes from run.json
 ``strategy`` and ``config``, each option shown as its declaration says (``phrase`` in
-instrumented_runs.options); a folder of traces without a run.json is shown by its folder name.
+tracekit.strategies.options); a folder of traces without a run.json is shown by its folder name.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from instrumented_runs.options import name_phrases
 from tracekit import runfolder
 from tracekit.errors import TracekitError
+from tracekit.strategies.options import name_phrases
 
 # asked only when two runs would share a name: options that every run has (value -> phrase)
 _TIEBREAK = (

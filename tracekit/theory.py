@@ -28,7 +28,7 @@ _FORMULA = {
 
 def model_states_bytes(family: str, precision: str, psi: int, n: int) -> dict | None:
     """{model_states_bytes, formula} per rank for a formula family (dp, zero1, zero2, zero3; which
-    strategy follows which: ``theory`` in instrumented_runs.registry), or None without one."""
+    strategy follows which: ``theory`` in tracekit.strategies.registry), or None without one."""
     table = _MODEL_STATES.get(precision)
     if table is None or family not in table or psi <= 0 or n <= 0:
         return None

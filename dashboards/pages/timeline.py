@@ -134,7 +134,7 @@ def detail_figure(
 
 def _events_in_window(analysis: Any) -> Any:
     """What the zoomed view draws as events: of an analysis that keeps each rank's events apart
-    (tracekit.analyze.Analysis.rank_events), a reader of the shown ranks' events in the window
+    (tracekit.analysis.Analysis.rank_events), a reader of the shown ranks' events in the window
     only, so a zoom reads no other rank's events; else the events frame."""
     held = getattr(analysis, "events_at", None)
     if not held or "events" in vars(analysis):  # none apart, or all read already

@@ -46,8 +46,8 @@ def page(view: View) -> list:
 
 
 def _predict_curve(entry: Entry) -> Any:
-    """tracekit predict's sweep for this run (tracekit.figures.predict), built once."""
-    from tracekit.figures import predict as FP
+    """tracekit predict's sweep for this run (tracekit.figures.prediction), built once."""
+    from tracekit.figures import prediction as FP
 
     fig = entry.memoized("figure:predict_curve", lambda: FP.curve_for(entry.analysis))
     return graph(fig, "fig-predict-curve") if fig is not None else nodata(FP.NO_DATA)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracekit.analyze import Analysis
+from tracekit.analysis import Analysis
 from tracekit.events import EVENT_SCHEMA
 from tracekit.figures.style import STATES
 from tracekit.ingest.spill import EventsRef

@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from instrumented_runs import registry
 from tracekit import theory
 from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
+from tracekit.strategies import registry
 
 STATE_KEYS = (
     "params_bytes",

@@ -1,6 +1,6 @@
 """Which schedule a pipeline ran, its microbatches, its bubble in theory and in a replay.
 
-- schedule: run.json's strategy (its ``schedule`` in instrumented_runs.registry), else what
+- schedule: run.json's strategy (its ``schedule`` in tracekit.strategies.registry), else what
   the labels say (torch's ``Forward i`` labels: GPipe; ``PP:`` actions: 1F1B, interleaved when
   a rank holds several stages; weight versions: PipeDream; else GPipe when every stage ran all
   forwards of a step before its first backward, 1F1B otherwise).
@@ -25,10 +25,10 @@ from typing import cast
 
 import polars as pl
 
-from instrumented_runs import registry
 from tracekit import theory
 from tracekit.analyses.replay import replay
 from tracekit.ingest.run_record import RunRecord
+from tracekit.strategies import registry
 
 NS = 1e-9
 REPLAY_SCHEMA = {
@@ -43,7 +43,7 @@ REPLAY_SCHEMA = {
 def schedule_of(run: RunRecord | None, ops: pl.DataFrame, source: str | None) -> str | None:
     """The schedule's name (see the module docstring)."""
     declared = registry.schedule_of(run.strategy if run is not None else None)
-    if declared is not None:  # our pipelines say theirs (instrumented_runs.registry)
+    if declared is not None:  # our pipelines say theirs (tracekit.strategies.registry)
         return declared
     if source == "torch_gpipe":
         return "gpipe"

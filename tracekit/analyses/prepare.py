@@ -22,8 +22,8 @@ import polars as pl
 
 from tracekit import clock, timeline
 from tracekit.analyses import collectives, groups
-from tracekit.analyses.rank_map import RankResult, RankTask, combine, map_ranks
-from tracekit.analyses.section import SectionInput
+from tracekit.analyses.rank_map import map_ranks
+from tracekit.analyses.section import RankResult, RankTask, SectionInput, combine
 from tracekit.errors import TracekitError
 from tracekit.ingest.job import Job
 

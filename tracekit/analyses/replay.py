@@ -13,14 +13,8 @@ soon as both hold: start = max(stage free, dependencies done). Nothing else wait
 replay is the best this schedule can do with these compute times; a measured run's extra
 idle is communication and noise, not the schedule.
 
-Schedules (per-stage op order for one step):
-
-    gpipe      F0 F1 ... F(m-1), then B0 ... B(m-1)  (torch's ScheduleGPipe; backward_order=
-               "reverse" gives B(m-1) ... B0 as in most other implementations)
-    1f1b       PipeDream-Flush: warm-up w = min(p-r-1, m) forwards on stage r, then steady state
-               "one forward, then the oldest backward", then cool-down backwards
-    pipedream  asynchronous PipeDream: the 1F1B order with no flush, so the steps run back to
-               back as ONE 1F1B stream of steps x m microbatches (warm-up once, cool-down once)
+Schedules: the per-stage op orders of tracekit.strategies.schedules (gpipe, 1f1b, pipedream),
+the very lists the reference runs walk.
 
 Window: from the first F start to the last B end. For gpipe and 1f1b with steps = 1 that is
 the pipeline window of the step (docs/metrics.md "Pipeline"); for pipedream or steps > 1 it is the whole
@@ -42,7 +36,8 @@ from typing import Any, cast
 
 import polars as pl
 
-SCHEDULES = ("gpipe", "1f1b", "pipedream")
+from tracekit.strategies import schedules
+
 OPS_SCHEMA = {
     "stage": pl.Int64,
     "step": pl.Int64,
@@ -69,55 +64,6 @@ class ReplayResult:
     makespan: float  # window length: first F start to last B end
     bubble_fraction: float  # idle of all stages inside the window / (p x window)
     per_stage: pl.DataFrame  # stage, busy, fill, drain, steady, max_inflight
-
-
-def _check(schedule: str, p: int, m: int, stage: int | None = None) -> None:
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
-    if p < 1 or m < 1:
-        raise ValueError(f"need p >= 1 stages and m >= 1 microbatches, got p={p}, m={m}")
-    if stage is not None and not 0 <= stage < p:
-        raise ValueError(f"stage {stage} outside 0..{p - 1}")
-
-
-def _one_f_one_b(p: int, n: int, stage: int) -> list[tuple[str, int]]:
-    """1F1B order of n microbatches on one stage."""
-    warmup = min(p - stage - 1, n)  # enough forwards in flight to fill the stages below
-    order = [("F", j) for j in range(warmup)]
-    for i in range(n - warmup):  # steady state: one forward, then the oldest backward
-        order += [("F", warmup + i), ("B", i)]
-    order += [("B", j) for j in range(n - warmup, n)]  # cool-down: drain what is in flight
-    return order
-
-
-def schedule_order(
-    schedule: str, p: int, m: int, stage: int, backward_order: str = "same"
-) -> list[tuple[str, int]]:
-    """One step's op order on `stage`: [("F", 0), ("F", 1), ..., ("B", 0), ...].
-
-    backward_order applies to gpipe only: "same" (B0..B(m-1), torch's ScheduleGPipe) or
-    "reverse" (B(m-1)..B0). pipedream's one-step order is 1F1B's.
-    """
-    _check(schedule, p, m, stage)
-    if schedule == "gpipe":
-        if backward_order not in ("same", "reverse"):
-            raise ValueError(f"backward_order must be 'same' or 'reverse', got {backward_order!r}")
-        backwards = range(m) if backward_order == "same" else range(m - 1, -1, -1)
-        return [("F", j) for j in range(m)] + [("B", j) for j in backwards]
-    return _one_f_one_b(p, m, stage)
-
-
-def _program(
-    schedule: str, p: int, m: int, stage: int, steps: int, backward_order: str
-) -> list[tuple[str, int, int]]:
-    """(kind, step, microbatch) in the order the stage runs them over all steps."""
-    if schedule == "pipedream":
-        # No flush: the microbatches of all steps form one 1F1B stream.
-        return [(kind, g // m, g % m) for kind, g in _one_f_one_b(p, steps * m, stage)]
-    # A flush per step: the next step's ops simply follow this step's on each stage. Stage 0's
-    # last backward is the last op of the step anyway, so no stage starts a step early.
-    one = schedule_order(schedule, p, m, stage, backward_order)
-    return [(kind, s, j) for s in range(steps) for kind, j in one]
 
 
 def _durations(x: Durations, p: int, m: int, name: str) -> list[list[float]]:
@@ -169,11 +115,11 @@ def replay(
     backward_order: str = "same",
 ) -> ReplayResult:
     """Discrete-event replay of `schedule` with free communication (see the module docstring)."""
-    _check(schedule, p, m)
+    schedules.check(schedule, p, m)
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     f, b = _durations(fwd, p, m, "fwd"), _durations(bwd, p, m, "bwd")
-    programs = [_program(schedule, p, m, s, steps, backward_order) for s in range(p)]
+    programs = [schedules.stream(schedule, p, m, s, steps, backward_order) for s in range(p)]
 
     end: dict[tuple, float] = {}
     rows: list[dict] = []

@@ -39,18 +39,8 @@ from typing import Any, cast
 import polars as pl
 
 from tracekit.ingest.foreign import ranges
+from tracekit.labels import COMM_OPS
 
-OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "all_to_all",
-    "send",
-    "recv",
-    "barrier",
-)
 LINK_SCHEMA = {"call_index": pl.Int64, "src": pl.Int64, "dst": pl.Int64, "bytes": pl.Float64}
 
 Link = tuple[int, int, float]
@@ -131,8 +121,8 @@ def _root(call: dict[str, Any], ranks: list[int]) -> int:
 def _kind(call: dict[str, Any]) -> str:
     """The _MODEL key of the algorithm this call runs."""
     op, backend = call["op"], str(call.get("backend") or "").lower()
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OPS)}")
+    if op not in COMM_OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {', '.join(COMM_OPS)}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"unknown backend {call.get('backend')!r}; expected 'gloo' or 'nccl'")
     algorithm = str(call.get("algorithm") or "ring").lower()

@@ -11,7 +11,7 @@
                      netns       the emulated multi-node network (one namespace per node)
 
 Paths inside a run folder are tracekit.runfolder's; what a strategy is and which options it
-takes are instrumented_runs.registry's and instrumented_runs.options'. The analysis half
+takes are tracekit.strategies'. The analysis half
 (ingest -> timeline -> analyses -> figures -> report/app) never imports this package.
 
 The in-rank API the strategies use is re-exported here (``capture.ActivationMeter``,
@@ -21,8 +21,7 @@ torch, which takes seconds on a busy machine.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tracekit._lazy import lazy_attributes
 
 _EXPORTS = {
     "memory": ("ActivationMeter", "count_bytes", "model_states", "write_memory"),
@@ -36,15 +35,14 @@ _EXPORTS = {
         "versions",
         "write_train",
     ),
-    "trace": ("exit_on_first_sigterm", "profile", "region", "write_events_parquet"),
+    "trace": ("exit_on_first_sigterm", "profile_steps", "region", "write_events_parquet"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+_WHERE = {
+    name: f"tracekit.capture.{module}" for module, names in _EXPORTS.items() for name in names
+}
 
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:  # PEP 562: the in-rank API, imported on first use
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tracekit.capture' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"tracekit.capture.{module}"), name)
+__getattr__ = lazy_attributes(__name__, _WHERE, globals())
+"""The in-rank API, imported on first use (PEP 562)."""

@@ -22,8 +22,8 @@ namespaces are removed in a ``finally``; SIGTERM and SIGHUP to the launcher beco
 (``Terminated``, like Ctrl-C) so that it runs; leftovers of a launcher killed outright are swept
 by the next emulated run.
 
-What a strategy is and which options it takes: instrumented_runs.registry and
-instrumented_runs.options (RunOptions); processes: tracekit.capture.supervise; how the job
+What a strategy is and which options it takes: tracekit.strategies.registry and
+tracekit.strategies.options (RunOptions); processes: tracekit.capture.supervise; how the job
 ended, in run.json: tracekit.capture.outcome.
 """
 
@@ -38,12 +38,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from instrumented_runs import registry
-from instrumented_runs.options import RunOptions, backend_of, problem, rank_args
 from tracekit import runfolder
 from tracekit.capture import outcome, supervise
 from tracekit.capture.supervise import Terminated
 from tracekit.errors import TracekitError
+from tracekit.strategies import registry
+from tracekit.strategies.options import RunOptions, backend_of, problem, rank_args
 
 __all__ = ["RunOptions", "run_job", "validate"]
 
@@ -95,7 +95,9 @@ def _child_env(opts: RunOptions, run: Path, extra: dict[str, str] | None = None)
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("TORCHELASTIC_ERROR_FILE", None)
-    root = str(Path(__file__).resolve().parents[2])  # where tracekit and instrumented_runs live
+    root = str(
+        Path(__file__).resolve().parents[2]
+    )  # the repository: tracekit and the strategy package
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     if backend_of(opts) == "nccl":
         env.setdefault("NCCL_DEBUG", "INFO")
@@ -109,7 +111,7 @@ def _commands(
 ) -> list[tuple[list[str], dict[str, str]]]:
     """(command, environment) of each torchrun agent: one standalone agent, or one per emulated node."""
     logs = outcome.logs_dir(run)
-    module_args = ["-m", spec.module, "--run-dir", str(run), *rank_args(opts)]
+    module_args = ["-m", spec.entry, "--run-dir", str(run), *rank_args(opts)]
     if net is None:
         return [
             (

@@ -6,7 +6,7 @@ Model-state bytes are counted from the tensors themselves: the byte ranges of th
 unioned per storage, so a gradient that is a view into a bucket buffer (DDP's
 ``gradient_as_bucket_view``) or a parameter that views a flat shard is counted once, and a buffer
 nobody views is not counted. :class:`ActivationMeter` counts what autograd saves for backward.
-This module never imports ``instrumented_runs``.
+This module never imports a strategy.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from instrumented_runs.options import RunOptions, backend_of, declared
 from tracekit import runfolder
 from tracekit.errors import TracekitError
+from tracekit.strategies.options import RunOptions, backend_of, declared
 
 
 def logs_dir(run: Path) -> Path:

@@ -1,6 +1,6 @@
 """The in-rank profiler: exactly ``steps`` training steps into ``traces/rank<R>.json.gz``.
 
-    with trace.profile(run, rank, steps=3) as prof:      # after your own unprofiled warm-up
+    with trace.profile_steps(run, rank, steps=3) as prof:   # after your own unprofiled warm-up
         for _ in range(3):
             train_step()
             prof.step()                                    # marks ProfilerStep#<n>
@@ -8,7 +8,7 @@
 The profiler records CPU activity (and CUDA when the device is a GPU) with shapes and memory
 events, no Python stacks, for exactly ``steps`` steps (``schedule(wait=0, warmup=0, active=steps)``),
 and writes ``traces/rank<R>.json.gz`` through a temporary name, so a trace is never half-written.
-This is what the reference strategies use (instrumented_runs.harness); ``tracekit.profile``
+This is what the reference strategies' harness uses; ``tracekit.profile``
 (tracekit.capture.profiler) is the same for a user's own job, with its run.json.
 """
 
@@ -84,7 +84,7 @@ def export_trace(run: Path, rank: int, events_parquet: bool = False):  # noqa: A
 
 
 @contextmanager
-def profile(
+def profile_steps(
     run: Path | str,
     rank: int | None = None,
     steps: int = 3,

@@ -3,7 +3,7 @@
 Bad input never shows a traceback: TracekitError becomes one line on stderr and exit status 2.
 Progress and logs go to stderr; results (tables, the run folder's path) to stdout.
 
-    runs        run, demo                       (start jobs; options from instrumented_runs.options)
+    runs        run, demo                       (start jobs; options from tracekit.strategies.options)
     analysis    analyze, report, compare, predict
     predict     predict's tables and curves
     tables      the consoles, and tables that fit them

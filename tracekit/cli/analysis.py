@@ -114,7 +114,7 @@ def analyze_cmd(
 
     try:
         from tracekit import engines
-        from tracekit.analyze import analyze  # polars and the analyses: the read-ahead's time
+        from tracekit.analysis import analyze  # polars and the analyses: the read-ahead's time
 
         read_ahead.stop()
         if engines.resolve(scheduler):  # the ranks are read where the engine runs them
@@ -220,7 +220,7 @@ def report_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> No
 @_report_options("also write a report to this file")
 def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     """Compare runs side by side: a table on stdout (and a report with -o)."""
-    from tracekit.analyze import analyze
+    from tracekit.analysis import analyze
     from tracekit.cli import tables
     from tracekit.report import write_report
     from tracekit.runname import display_names
@@ -264,7 +264,7 @@ def predict_cmd(
 ) -> None:
     """Predict each run's step on another network from its trace (docs/predict.md)."""
     from tracekit.cli import tables
-    from tracekit.cli.predict import run_predict
+    from tracekit.cli.prediction import run_predict
 
     run_predict(
         list(paths), inter_node_bandwidth, intra_node_bandwidth, latency_us, out, tables.out()

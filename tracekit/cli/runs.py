@@ -1,6 +1,6 @@
 """The commands that start jobs: run (one strategy) and demo (every strategy, then a report).
 
-``tracekit run``'s options are generated from instrumented_runs.options.RunOptions: one
+``tracekit run``'s options are generated from tracekit.strategies.options.RunOptions: one
 declaration for this command, the launcher and the strategy modules' own parsers.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from instrumented_runs import options, registry
 from tracekit.cli import tables
 from tracekit.cli.tables import comparison_table
+from tracekit.strategies import options, registry
 
 
 def click_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -93,8 +93,8 @@ def demo_cmd(out: Path, only: str | None) -> None:
     The terminal shows one progress line per run; the ranks' output goes to each run's logs/."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from tracekit.analysis import analyze
     from tracekit.analysis_folder import default_out_dir, write_analysis
-    from tracekit.analyze import analyze
     from tracekit.capture.launch import run_job
     from tracekit.report import write_report
     from tracekit.runfolder import load_run_json

@@ -12,7 +12,7 @@ file spilled into the analysis's own scratch folder).
 written to its folder after that, so the driver's memory stops growing with the ranks. Ranks
 read in worker processes or on a Dask cluster always go to the folder (a frame returned to the
 driver would be held there); the folder must then be one the workers share with the driver
-(tracekit.analyze picks the cache folder for a Dask cluster). The folder is ours
+(tracekit.analysis picks the cache folder for a Dask cluster). The folder is ours
 (``.tracekit-spill.tmp-<pid>-<token>``, tracekit.outputs' temporary name); :meth:`Spill.close`
 (or the end of the process) removes it and nothing else. An analysis killed before it could
 leaves it behind: in this machine's temporary folder, the next analysis removes those of

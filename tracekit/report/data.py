@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from tracekit.report import perfetto
+from tracekit.report.progress import Progress
 from tracekit.summary import to_builtins
-
-if TYPE_CHECKING:
-    from tracekit.report.write import Progress
 
 REPORT_SCHEMA_VERSION = 1
 

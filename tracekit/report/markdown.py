@@ -5,13 +5,11 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracekit.figures import NO_DATA
+from tracekit.report.progress import Progress
 from tracekit.report.tables import SECTIONS, Table, compare_table, rank_table, top_events
-
-if TYPE_CHECKING:
-    from tracekit.report.write import Progress
 
 
 def _md_cell(text: Any) -> str:

@@ -12,16 +12,14 @@ import base64
 import html
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import plotly.graph_objects as go
 
 from tracekit.figures import NO_DATA, compare_figures, figures_for
-from tracekit.figures.predict import curve_for
+from tracekit.figures.prediction import curve_for
+from tracekit.report.progress import Progress
 from tracekit.report.tables import SECTIONS, Table, compare_table, rank_table, top_events
-
-if TYPE_CHECKING:
-    from tracekit.report.write import Progress
 
 _CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 24px auto; max-width: 1200px;

@@ -15,13 +15,11 @@ import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracekit.errors import TracekitError
 from tracekit.report.page import FigureSink, html_doc, report_figures, svg_uri
-
-if TYPE_CHECKING:
-    from tracekit.report.write import Progress
+from tracekit.report.progress import Progress
 
 IMAGE_WIDTH = 1100
 

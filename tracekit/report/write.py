@@ -16,12 +16,12 @@ from tracekit.errors import TracekitError
 from tracekit.report.data import write_csv, write_json, write_parquet, write_perfetto
 from tracekit.report.markdown import write_md
 from tracekit.report.page import write_html
+from tracekit.report.progress import Progress
 from tracekit.report.static import write_pdf, write_png
 from tracekit.runname import display_names
 
-Progress = Callable[[str], None]
 #: a format's writer: (analyses, their names, the temporary file to fill, progress)
-Writer = Callable[[Sequence[Any], Sequence[str], Path, "Progress | None"], None]
+Writer = Callable[[Sequence[Any], Sequence[str], Path, Progress | None], None]
 
 #: each format: its name, its file extension, its writer
 _TABLE: tuple[tuple[str, str, Writer], ...] = (
@@ -44,7 +44,7 @@ def default_output(fmt: str) -> Path:
 
 
 def _load(paths: Sequence[Path], progress: Progress | None) -> list[Any]:
-    from tracekit.analyze import analyze
+    from tracekit.analysis import analyze
 
     out = []
     for i, p in enumerate(paths, 1):

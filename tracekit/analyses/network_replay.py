@@ -1,6 +1,6 @@
 """What would the step cost on another network? Replay the measured steps as a dependency graph.
 
-Each rank runs its program (tracekit.analyses.predict_program): work at its measured pace,
+Each rank runs its program (tracekit.analyses.network_program): work at its measured pace,
 posts of calls, waits for them. A matched call starts when its last member has posted it
 (and the member's runloop thread has finished the call it ran before, as measured) and ends
 on each member:
@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tracekit.analyses.predict_program import Call, Item, Program
+from tracekit.analyses.network_program import Call, Item, Program
 
 KNEE_SLOWDOWN = 1.10  # "network-bound": the step is more than 10 % slower than free
 

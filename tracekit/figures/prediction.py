@@ -7,7 +7,6 @@ with free communication as a dashed line and the knee (docs/predict.md) marked o
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from tracekit import prediction as P
 from tracekit.figures.style import BASE_LAYOUT
 
 DEFAULT_SWEEP = "100mbit:100gbit"
@@ -23,17 +23,12 @@ NO_DATA = "this run has no matched collective or p2p calls to predict from"
 _COLORS = ("#4c78a8", "#e45756", "#54a24b", "#b279a2", "#f58518", "#72b7b2")
 
 
-def _predict_module():
-    # the module, not the function tracekit.predict that the package exports under the same name
-    return importlib.import_module("tracekit.predict")
-
-
 def predict_curve(preds: Sequence[tuple[str, dict[str, Any]]]) -> go.Figure | None:
     """Curves of the predictions that have a sweep; None when none has."""
     preds = [(n, p) for n, p in preds if p and p.get("sweep")]
     if not preds:
         return None
-    fmt = _predict_module().fmt_rate
+    fmt = P.fmt_rate
     fig = go.Figure()
     for i, (name, p) in enumerate(preds):
         color = _COLORS[i % len(_COLORS)]
@@ -100,7 +95,6 @@ def sweep_for(analysis: Any) -> dict[str, Any] | None:
     the default sweep computed here (nothing written). None when the run has no matched calls."""
     from tracekit.errors import TracekitError
 
-    P = _predict_module()
     try:
         saved = P.default_output(Path(analysis.path))
         if saved.is_file():
@@ -133,7 +127,7 @@ def curve_for(analysis: Any) -> go.Figure | None:
                 x=math.log10(x),
                 y=0.02,
                 yref="paper",
-                text=f"crossover {_predict_module().fmt_rate(x)}",
+                text=f"crossover {P.fmt_rate(x)}",
                 showarrow=False,
                 xanchor="left",
             )

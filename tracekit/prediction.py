@@ -1,7 +1,7 @@
 """``tracekit predict``: a run's step on another network, from its trace (docs/predict.md).
 
 ``predict(path, inter_node_bandwidth=...)`` analyses the run (tracekit.analyze), replays its
-profiled steps over the given network (tracekit.analyses.predict) and returns the prediction
+profiled steps over the given network (tracekit.analyses.network_replay) and returns the prediction
 as a dict; ``write_prediction`` puts it into ``RUN/analysis/prediction.json`` atomically.
 Rates are tc's (``400mbit``, ``1gbit``, ``10gbit``, ``mbps`` = 10^6 bytes/s) or plain bits/s;
 ``LO:HI`` sweeps log-spaced rates between them.
@@ -20,8 +20,8 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analyses import predict as model
-from tracekit.analyses.predict_program import Call, calls_table, programs
+from tracekit.analyses import network_replay as model
+from tracekit.analyses.network_program import Call, calls_table, programs
 from tracekit.errors import TracekitError
 
 SCHEMA_VERSION = 1
@@ -311,7 +311,7 @@ def _json_default(x: Any) -> Any:
 def load(path: str | Path, analysis: Any = None) -> Model:
     """The replay model of a run (analysed here unless ``analysis`` is given)."""
     if analysis is None:
-        from tracekit.analyze import analyze
+        from tracekit.analysis import analyze
 
         analysis = analyze(path)
     return build(analysis)

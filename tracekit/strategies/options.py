@@ -11,7 +11,7 @@ how it is checked and how a run name shows it. Everything else is generated from
 
 A new option is one field here (and, if only some strategies take it, their
 ``registry.Strategy.uses``). Which options a strategy takes, its precisions and its default
-global batch are the strategy's own: ``instrumented_runs.registry``.
+global batch are the strategy's own: ``tracekit.strategies.registry``.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class RunOptions:
     """One reference run: the strategy and its options, as ``tracekit run`` takes them."""
 
     strategy: str
-    """The strategy's name in ``instrumented_runs.registry`` (``tracekit run STRATEGY``)."""
+    """The strategy's name in ``tracekit.strategies.registry`` (``tracekit run STRATEGY``)."""
     nproc: int = option(2, "ranks (default 2)", side="run", min=1)
     """Ranks of the job (processes)."""
     nodes: int = option(

@@ -1,4 +1,4 @@
-"""A trace -> what the replay of tracekit.analyses.predict needs: per-rank programs and per-call bytes.
+"""A trace -> what the replay of tracekit.analyses.network_replay needs: per-rank programs and per-call bytes.
 
 Per rank, the measured window becomes a sequence of items in time order (docs/predict.md):
 

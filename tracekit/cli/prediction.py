@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tracekit import prediction as P
 from tracekit.errors import TracekitError
-
-# the module, not the function tracekit.predict that the package exports under the same name
-P = importlib.import_module("tracekit.predict")
 
 
 def _s(x: float | None) -> str:

@@ -1,6 +1,6 @@
 """The reference strategies, each declared once (torch-free: the CLI and the analyses read it).
 
-    from instrumented_runs import registry
+    from tracekit.strategies import registry
     registry.get("zero3").uses        frozenset({'prefetch'})
     registry.get("pp-1f1b").schedule  '1f1b'
 
@@ -8,6 +8,10 @@ Read by the CLI (``tracekit run``'s strategies, ``tracekit demo``'s runs), the l
 options, layout check), the harness (options, precisions, global batch, the layout check again
 inside the job), tracekit.runname (through ``options``) and the analyses (pipeline schedule,
 theory family). A new strategy is its module and one entry in :data:`STRATEGIES`.
+
+The strategy modules import torch and live in the package :data:`PACKAGE`, outside tracekit:
+an entry names its module and layout check inside that package, as text (``python -m`` runs
+the module; tracekit never imports it).
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from instrumented_runs import options
+from tracekit.strategies import options, schedules
 
 BOTH = options.PRECISIONS
 DEFAULT_GLOBAL_BATCH = 8
+#: the package of the strategy modules (each rank runs ``python -m PACKAGE.<module>``)
+PACKAGE = "instrumented_runs"
 
 
 @dataclass(frozen=True)
@@ -30,23 +36,25 @@ class Strategy:
     name: str
     """Its name on the command line and in run.json ``strategy``."""
     module: str
-    """The module every rank runs (``python -m``); its ``main(argv)`` calls the harness."""
+    """Its module in :data:`PACKAGE`, which every rank runs (``python -m``, :attr:`entry`); its
+    ``main(argv)`` calls the harness."""
     uses: frozenset[str] = frozenset()
     """The optional options it takes (RunOptions fields marked ``optional``): microbatches,
     prefetch. Every other strategy refuses them."""
     precisions: tuple[str, ...] = ("fp32",)
     """The ``--precision`` values it implements."""
     layout: str | None = None
-    """``"module:function"``, ``(world_size, nodes) -> why that layout cannot run, or None``:
-    checked by the launcher before it starts anything (one line, exit 2) and by the harness
-    before joining the process group. A name, not the function: strategy modules import torch."""
+    """``"module:function"`` in :data:`PACKAGE`, ``(world_size, nodes) -> why that layout
+    cannot run, or None``: checked by the launcher before it starts anything (one line, exit 2)
+    and by the harness before joining the process group. A name, not the function: strategy
+    modules import torch."""
     splits_batch: bool = True
     """The global batch is divided among the ranks (data parallel); pipelines divide it into
     microbatches instead and check that themselves."""
     global_batch: int = DEFAULT_GLOBAL_BATCH
     """Sequences per step over all ranks, unless ``--global-batch`` is given."""
     schedule: str | None = None
-    """Pipelines: the schedule, one of tracekit.analyses.replay's (tests/test_registry.py)."""
+    """Pipelines: the schedule, one of tracekit.strategies.schedules.SCHEDULES."""
     theory: str | None = None
     """Whose model-state formula it follows in tracekit.theory (dp, zero1, zero2, zero3): fsdp
     and hsdp (ZeRO-3 inside each node) follow zero3; None where the papers give none."""
@@ -66,19 +74,28 @@ class Strategy:
         problems += [
             f"demo option {k!r} unknown" for run in self.demo for k in run if k not in known
         ]
-        if not self.module.startswith("instrumented_runs."):
-            problems.append(f"module {self.module!r} is not in instrumented_runs")
+        if not self.module.isidentifier():
+            problems.append(f"module {self.module!r} is not a module name in {PACKAGE}")
+        if self.schedule is not None and self.schedule not in schedules.SCHEDULES:
+            problems.append(f"schedule {self.schedule!r} unknown")
         if self.layout is not None and self.layout.count(":") != 1:
             problems.append(f"layout {self.layout!r} is not module:function")
         if problems:
             raise ValueError(f"strategy {self.name}: {'; '.join(problems)}")
 
+    @property
+    def entry(self) -> str:
+        """The module every rank runs: ``python -m <entry>``."""
+        return f"{PACKAGE}.{self.module}"
+
     def layout_problem(self, world_size: int, nodes: int) -> str | None:
-        """Why ``world_size`` ranks on ``nodes`` nodes cannot run this strategy, or None."""
+        """Why ``world_size`` ranks on ``nodes`` nodes cannot run this strategy, or None (the
+        check imports its strategy module: call it where torch may be imported)."""
         if self.layout is None:
             return None
         module, function = self.layout.split(":")
-        problem: str | None = getattr(importlib.import_module(module), function)(world_size, nodes)
+        check = getattr(importlib.import_module(f"{PACKAGE}.{module}"), function)
+        problem: str | None = check(world_size, nodes)
         return problem
 
 
@@ -91,7 +108,7 @@ def _pipeline(name: str, module: str, schedule: str) -> Strategy:
         name,
         module,
         uses=frozenset({"microbatches"}),
-        layout="instrumented_runs.pipeline:check_layout",
+        layout="pipeline:check_layout",
         splits_batch=False,
         # 8 sequences per microbatch at m = 8: with 1-sequence microbatches a forward is mostly
         # Python overhead and gloo's per-message latency rivals it (measured, p=4, m=8, 2 cores
@@ -115,12 +132,12 @@ def _by_name(*strategies: Strategy) -> MappingProxyType[str, Strategy]:
 
 #: Every strategy, in the order of ``tracekit demo``.
 STRATEGIES = _by_name(
-    Strategy("dp", "instrumented_runs.dp", precisions=BOTH, theory="dp", demo=_TWO),
-    Strategy("zero1", "instrumented_runs.zero1", precisions=BOTH, theory="zero1", demo=_TWO),
-    Strategy("zero2", "instrumented_runs.zero2", precisions=BOTH, theory="zero2", demo=_TWO),
+    Strategy("dp", "dp", precisions=BOTH, theory="dp", demo=_TWO),
+    Strategy("zero1", "zero1", precisions=BOTH, theory="zero1", demo=_TWO),
+    Strategy("zero2", "zero2", precisions=BOTH, theory="zero2", demo=_TWO),
     Strategy(
         "zero3",
-        "instrumented_runs.zero3",
+        "zero3",
         uses=frozenset({"prefetch"}),
         precisions=BOTH,
         theory="zero3",
@@ -130,7 +147,7 @@ STRATEGIES = _by_name(
     ),
     Strategy(
         "fsdp",
-        "instrumented_runs.fsdp",
+        "fsdp",
         uses=frozenset({"prefetch"}),
         precisions=BOTH,
         theory="zero3",
@@ -138,23 +155,23 @@ STRATEGIES = _by_name(
     ),
     Strategy(
         "hsdp",
-        "instrumented_runs.hsdp",
+        "hsdp",
         uses=frozenset({"prefetch"}),
         precisions=BOTH,
-        layout="instrumented_runs.hsdp:check_layout",
+        layout="hsdp:check_layout",
         theory="zero3",
         demo=_demo({"nproc": 4, "nodes": 2, "steps": 3}),
     ),
-    Strategy("tp", "instrumented_runs.tp", precisions=BOTH, demo=_TWO),
+    Strategy("tp", "tp", precisions=BOTH, demo=_TWO),
     Strategy(
         "tp-dp",
-        "instrumented_runs.tp_dp",
+        "tp_dp",
         precisions=BOTH,
         demo=_demo({"nproc": 4, "nodes": 2, "steps": 3}),
     ),
-    _pipeline("pp-gpipe", "instrumented_runs.pp_gpipe", "gpipe"),
-    _pipeline("pp-1f1b", "instrumented_runs.pp_1f1b", "1f1b"),
-    _pipeline("pp-pipedream", "instrumented_runs.pp_pipedream", "pipedream"),
+    _pipeline("pp-gpipe", "pp_gpipe", "gpipe"),
+    _pipeline("pp-1f1b", "pp_1f1b", "1f1b"),
+    _pipeline("pp-pipedream", "pp_pipedream", "pipedream"),
 )
 
 

@@ -31,8 +31,7 @@ import polars as pl
 from tracekit import clock, engines, runfolder, stopping
 from tracekit.analyses.event_totals import event_totals
 from tracekit.analyses.prepare import MapFn, prepare
-from tracekit.analyses.rank_map import RankResult, RankTask
-from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.analyses.section import RankResult, RankTask, SectionInput, SectionResult
 from tracekit.ingest.cache_paths import folder as cache_folder
 from tracekit.ingest.job import Job
 from tracekit.ingest.kineto_info import TraceInfo
