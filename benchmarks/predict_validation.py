@@ -87,7 +87,7 @@ def compute_per_step(run: Path) -> float:
     from tracekit.analysis import analyze
 
     s = analyze(run).summary
-    return max(r["compute_s"] for r in s["ranks"]) / max(1, s["window"]["steps"])
+    return max(r.compute_s for r in s.ranks) / max(1, s.window.steps)
 
 
 def _disagreement(group: list[str], compute: dict[str, float]) -> float:
@@ -141,7 +141,7 @@ def validate(dirs: dict[str, Path]) -> dict[str, Any]:
     for name, d in dirs.items():
         a = analyze(d)
         m = P.build(a)
-        m.summary_ranks = a.summary["ranks"]  # for the compute column only
+        m.summary_ranks = a.summary_dict()["ranks"]  # for the compute column only
         models[name] = m
     rows = []
     for target, source, rate in PREDICTED:

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         name = strategy if prefetch is None else f"{strategy} p{prefetch}"
-        summaries[name] = (run, analyze(run).summary)
+        summaries[name] = (run, analyze(run).summary_dict())
         print(f"{name}: {run}", file=sys.stderr)
 
     ok = True

@@ -161,7 +161,7 @@ class Summaries:
         while True:
             key, path = self._todo.get()
             try:
-                result: Summary | str = analyze(path).typed_summary
+                result: Summary | str = analyze(path).summary
             except TracekitError as exc:
                 result = self.runs.message(exc)
             except Exception as exc:  # noqa: BLE001 - one bad run must not stop the index
@@ -189,7 +189,7 @@ class Summaries:
             if key in self._done:
                 return self._done[key]
         cached = self.runs.cached(key)
-        found = cached.analysis.typed_summary if cached is not None else _disk_summary(path, key[1])
+        found = cached.analysis.summary if cached is not None else _disk_summary(path, key[1])
         if found is not None:
             with self._lock:
                 self._done[key] = found
@@ -203,7 +203,7 @@ class Summaries:
         for rel in self.runs.list_runs():
             if rel in self.runs.preloaded:
                 a = self.runs.preloaded[rel].analysis
-                items.append((rel, Path(rel), a.run, a.typed_summary, None))
+                items.append((rel, Path(rel), a.run, a.summary, None))
                 continue
             try:
                 path = self.runs.resolve(rel)

@@ -51,7 +51,8 @@ def save_stashed_backward(ctx: Context, pd: Stashing) -> None:
     first steady-state one (staleness p - s - 1, after 2m updates) when training is done."""
     if os.environ.get(PP_CHECK_ENV) != "1":
         return
-    runner, saved = pd.runner, {}
+    runner = pd.runner
+    saved: dict[str, Any] = {}
     backward = runner.backward
 
     def watched(mb: int, version: int | None = None, staleness: int | None = None) -> Any:

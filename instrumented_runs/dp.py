@@ -45,6 +45,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
+from instrumented_runs.c10d import started, wait
 from instrumented_runs.model import GPT, MasterWeights, memory_states, setup_precision
 from tracekit import labels
 from tracekit.capture import region
@@ -77,13 +78,15 @@ def broadcast_params(model: nn.Module, group: dist.ProcessGroup) -> None:
 def all_reduce_bucket(bucket: Bucket, group: dist.ProcessGroup) -> dist.Work:
     """Launch the asynchronous sum of one bucket over the group."""
     with region(labels.all_reduce_bucket(bucket.index)):
-        return dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=group, async_op=True)
+        return started(
+            dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=group, async_op=True)
+        )
 
 
 def wait_bucket(bucket: Bucket) -> None:
     """Block until the bucket's all-reduce is done."""
     with region(labels.wait_bucket(bucket.index)):
-        bucket.work.wait()
+        wait(bucket.work, f"bucket {bucket.index}")
     bucket.work = None
 
 

@@ -80,7 +80,7 @@ Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.fsdp`` or ``tracekit run
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -127,12 +127,11 @@ def set_prefetch(model: GPT, depth: int) -> None:
     asynchronous and each unit prefetch the next k (forward) / previous k (backward) blocks."""
     if depth == 0:
         return
-    blocks = list(model.blocks)
-    model._set_unshard_async_op(
-        True
-    )  # FSDP2's switch for async all-gathers (private in torch 2.13)
-    model.set_modules_to_forward_prefetch(blocks[:depth])  # root runs first
-    model.set_modules_to_backward_prefetch(blocks[::-1][:depth])  # ... and first in backward
+    # fully_shard made the model and its blocks FSDPModules (shard_model)
+    root, blocks = cast(FSDPModule, model), [cast(FSDPModule, b) for b in model.blocks]
+    root._set_unshard_async_op(True)  # FSDP2's switch for async all-gathers (private in 2.13)
+    root.set_modules_to_forward_prefetch(blocks[:depth])  # root runs first
+    root.set_modules_to_backward_prefetch(blocks[::-1][:depth])  # ... and first in backward
     for i, block in enumerate(blocks):
         block.set_modules_to_forward_prefetch(blocks[i + 1 : i + 1 + depth])
         block.set_modules_to_backward_prefetch(blocks[max(0, i - depth) : i][::-1])

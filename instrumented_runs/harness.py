@@ -249,6 +249,8 @@ def start(name: str, argv: list[str] | None = None) -> Context:
         if args.backend == "gloo"
         else dist.new_group(backend="gloo", group_desc="tracekit_meta")
     )
+    if group is None or meta_group is None:  # init_process_group made the world group
+        raise RuntimeError("no process group after init_process_group")
 
     # phase: agree on the run folder (rank 0 creates it unless the launcher did)
     box: list[Any] = [str(args.run_dir) if args.run_dir else None]

@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from instrumented_runs.c10d import grad_of
 from tracekit.strategies.options import PRECISIONS
 
 
@@ -164,7 +165,7 @@ class MasterWeights:
 
     def step(self) -> None:
         for p, m in zip(self.params, self.master):
-            m.grad = p.grad.float()
+            m.grad = grad_of(p).float()
         self.optimizer.step()
         with torch.no_grad():
             for p, m in zip(self.params, self.master):

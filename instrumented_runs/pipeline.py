@@ -57,6 +57,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
+from instrumented_runs.c10d import grad_of, started
 from instrumented_runs.data import rank_slice
 from instrumented_runs.meters import StageMeter
 from instrumented_runs.model import GPT, GPTConfig, loss_fn
@@ -129,8 +130,10 @@ def _buffer(shape: tuple[int, ...], group: dist.ProcessGroup, device: torch.devi
 
 
 def _isend(t: torch.Tensor, dst: int, group: dist.ProcessGroup) -> dist.Work:
-    return dist.isend(
-        t.contiguous().cpu() if _via_host(group) else t.contiguous(), dst=dst, group=group
+    return started(
+        dist.isend(
+            t.contiguous().cpu() if _via_host(group) else t.contiguous(), dst=dst, group=group
+        )
     )
 
 
@@ -163,7 +166,7 @@ class PostedRecv:
     ) -> None:
         self.mb, self.device = mb, device
         self.buf = _buffer(shape, group, device)
-        self.work = dist.irecv(self.buf, src=src, group=group)
+        self.work = started(dist.irecv(self.buf, src=src, group=group))
 
     def wait(self) -> torch.Tensor:
         """Block until it has arrived."""
@@ -227,9 +230,17 @@ class StageRunner:
             self.expected[what].extend(mbs)
             self._post(what)
 
+    def _peer(self, what: str) -> int:
+        """Where ``what`` comes from: activations from upstream, output gradients from
+        downstream (the first stage receives no activations, the last no gradients)."""
+        peer = self.prev if what == "act" else self.next
+        if peer is None:
+            raise RuntimeError(f"stage {self.s} of {self.p} receives no {what}")
+        return peer
+
     def _post(self, what: str) -> None:
         if self.expected[what]:
-            src = self.prev if what == "act" else self.next
+            src = self._peer(what)
             self.posted[what].append(
                 PostedRecv(
                     self.expected[what].popleft(), src, self.mb_shape, self.group, self.device
@@ -242,7 +253,7 @@ class StageRunner:
         (it takes the gloo pair's lock, which the gloo thread holds while it reads this very
         message) inside the wait rather than after it; at most two receives are posted per
         direction, so 1F1B still holds p - s microbatches and not m."""
-        src = self.prev if what == "act" else self.next
+        src = self._peer(what)
         with region(labels.p2p("recv", what, mb, src)):
             posted = (
                 self.posted[what].popleft()
@@ -265,19 +276,25 @@ class StageRunner:
         targets: torch.Tensor | None,
         version: int | None = None,
     ) -> None:
-        """Receive (not on stage 0), compute F, send downstream (not on the last stage)."""
-        x = tokens if self.stage.first else self._receive("act", mb)
-        if not self.stage.first:
-            x.requires_grad_()
+        """Receive (not on stage 0), compute F, send downstream (not on the last stage).
+        The first stage takes ``tokens``, the last ``targets``."""
+        if self.stage.first:
+            if tokens is None:
+                raise ValueError("the first stage computes on the microbatch's tokens")
+            x = tokens
+        else:
+            x = self._receive("act", mb).requires_grad_()
         with region(labels.pipeline("F", self.s, mb, version)):
             y = self.stage(x)
             if self.stage.last:
+                if targets is None:
+                    raise ValueError("the last stage computes the loss of the targets")
                 y = loss_fn(y, targets) / self.m  # loss scaling: L = (1/m) sum_j L_j
         self.saved[mb] = (x, y)
         if self.stage.last:
             self.losses[mb] = y.item() * self.m
         else:
-            self.sends.append(send_activation(y.detach(), mb, self.next, self.group))
+            self.sends.append(send_activation(y.detach(), mb, self._peer("grad"), self.group))
         for hook in self.after_op:
             hook("F", mb)
 
@@ -291,7 +308,7 @@ class StageRunner:
         with region(labels.pipeline("B", self.s, mb, version, staleness)):
             torch.autograd.backward(y, grad)
         if not self.stage.first:
-            self.sends.append(send_grad(x.grad, mb, self.prev, self.group))
+            self.sends.append(send_grad(grad_of(x), mb, self._peer("act"), self.group))
         for hook in self.after_op:
             hook("B", mb)
         return grad
@@ -325,8 +342,8 @@ def flush(runner: StageRunner, optimizer: torch.optim.Optimizer) -> float:
     wait_sends(runner.sends)
     with region(labels.OPTIMIZER):
         optimizer.step()
-    loss = runner.step_loss(range(runner.m)) if runner.stage.last else 0.0
-    return broadcast_loss(loss, runner.last_rank, runner.group)
+    loss = runner.step_loss(range(runner.m))
+    return broadcast_loss(0.0 if loss is None else loss, runner.last_rank, runner.group)
 
 
 # --- setting up and finishing a pipeline run ------------------------------------------------------

@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+from instrumented_runs.c10d import grad_of
 from instrumented_runs.data import global_batch, rank_slice
 from instrumented_runs.model import GPT, GPTConfig, setup_precision
 from tracekit.strategies.registry import DEFAULT_GLOBAL_BATCH
@@ -49,7 +50,7 @@ def train_single(
             step_loss += loss.item()
         if accumulate > 1:
             for p in model.parameters():
-                p.grad.div_(accumulate)
+                grad_of(p).div_(accumulate)
         (master or optimizer).step()
         losses.append(step_loss / accumulate)
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}

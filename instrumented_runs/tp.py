@@ -43,7 +43,7 @@ Run: ``torchrun --nproc-per-node 2 -m instrumented_runs.tp`` or ``tracekit run t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -53,6 +53,9 @@ import torch.nn.functional as F
 from instrumented_runs import harness
 from instrumented_runs.model import (
     GPT,
+    MLP,
+    Block,
+    CausalSelfAttention,
     GPTConfig,
     MasterWeights,
     loss_fn,
@@ -202,7 +205,7 @@ class ParallelAttention(nn.Module):
 
     def __init__(
         self,
-        full: nn.Module,
+        full: CausalSelfAttention,
         cfg: GPTConfig,
         layer: int,
         rank: int,
@@ -232,7 +235,7 @@ class ParallelMLP(nn.Module):
     """f -> column-parallel fc1 -> GELU (local) -> row-parallel fc2 -> g."""
 
     def __init__(
-        self, full: nn.Module, layer: int, rank: int, world: int, group: dist.ProcessGroup
+        self, full: MLP, layer: int, rank: int, world: int, group: dist.ProcessGroup
     ) -> None:
         super().__init__()
         self.group, self.bwd_label = group, labels.tp_all_reduce(layer, "mlp", labels.BWD)
@@ -248,7 +251,7 @@ class ParallelMLP(nn.Module):
 class ParallelBlock(nn.Module):
     def __init__(
         self,
-        full: nn.Module,
+        full: Block,
         cfg: GPTConfig,
         layer: int,
         rank: int,
@@ -280,7 +283,8 @@ class TensorParallelGPT(nn.Module):
             full.head,
         )
         self.blocks = nn.ModuleList(
-            ParallelBlock(b, full.cfg, i, rank, world, group) for i, b in enumerate(full.blocks)
+            ParallelBlock(cast(Block, b), full.cfg, i, rank, world, group)
+            for i, b in enumerate(full.blocks)
         )
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -49,7 +49,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
-from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
+from instrumented_runs.c10d import all_gather_single, grad_of, reduce_scatter_single, wait
 from instrumented_runs.model import GPT
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer, split_into_buckets
 from tracekit import labels
@@ -84,7 +84,7 @@ def reduce_scatter_bucket(bucket: Bucket, group: dist.ProcessGroup) -> dist.Work
 
 def wait_bucket(bucket: Bucket) -> None:
     with region(labels.wait_bucket(bucket.index)):
-        bucket.work.wait()
+        wait(bucket.work, f"bucket {bucket.index}")
     bucket.work = None
 
 
@@ -149,7 +149,7 @@ class ZeRO2:
                 bucket.grad_full = torch.zeros(
                     bucket.layout.padded, dtype=param.dtype, device=param.device
                 )
-            bucket.grad_full[offset : offset + param.numel()].copy_(param.grad.reshape(-1))
+            bucket.grad_full[offset : offset + param.numel()].copy_(grad_of(param).reshape(-1))
             param.grad = None  # the parameter's own gradient is dropped at once
             bucket.pending -= 1
             if bucket.pending == 0:
@@ -161,6 +161,8 @@ class ZeRO2:
         # phase: reduce, strictly in bucket order so every rank issues the same sequence
         while self.next_bucket < len(self.buckets) and self.buckets[self.next_bucket].pending == 0:
             bucket = self.buckets[self.next_bucket]
+            if bucket.grad_full is None:
+                raise RuntimeError(f"bucket {bucket.index} reduced before any gradient arrived")
             bucket.grad_full.div_(self.world_size)
             bucket.work = reduce_scatter_bucket(bucket, self.group)
             self.next_bucket += 1

@@ -58,7 +58,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from instrumented_runs import harness
-from instrumented_runs.c10d import all_gather_single, reduce_scatter_single
+from instrumented_runs.c10d import all_gather_single, grad_of, reduce_scatter_single, wait
 from instrumented_runs.model import GPT, loss_fn
 from instrumented_runs.sharding import FlatGroup, ShardOptimizer, UnitActivationMeter
 from tracekit import labels
@@ -103,7 +103,7 @@ def all_gather_unit(unit: Unit, direction: str, group: dist.ProcessGroup) -> dis
 
 def wait_gather(unit: Unit, direction: str) -> None:
     with region(labels.wait(labels.unit(unit.index), direction)):
-        unit.gather.wait()
+        wait(unit.gather, f"unit {unit.index} gather")
     unit.gather = None
 
 
@@ -117,20 +117,24 @@ def reduce_scatter_unit(unit: Unit, group: dist.ProcessGroup) -> dist.Work:
 
 def wait_reduce(unit: Unit) -> None:
     with region(labels.wait(labels.unit(unit.index), "reduce")):
-        unit.reduce.wait()
+        wait(unit.reduce, f"unit {unit.index} reduce")
     unit.reduce = None
 
 
 # --- the strategy ------------------------------------------------------------------------------
 
 
-def model_units(model: GPT) -> list[tuple[str, list[tuple[str, nn.Parameter]], Callable]]:
+#: a unit: its name, its named parameters, its forward
+UnitSpec = tuple[str, list[tuple[str, nn.Parameter]], Callable[..., torch.Tensor]]
+
+
+def model_units(model: GPT) -> list[UnitSpec]:
     """(name, named parameters, forward) per unit, in forward order: embeddings, blocks, head."""
 
     def named(prefix: str, module: nn.Module) -> list[tuple[str, nn.Parameter]]:
         return [(f"{prefix}.{n}", p) for n, p in module.named_parameters()]
 
-    units = [
+    units: list[UnitSpec] = [
         ("embed", named("tok_emb", model.tok_emb) + named("pos_emb", model.pos_emb), model.embed)
     ]
     units += [(f"blocks.{i}", named(f"blocks.{i}", b), b) for i, b in enumerate(model.blocks)]
@@ -228,7 +232,7 @@ class ZeRO3:
                 unit.grad_full = torch.zeros(
                     unit.layout.padded, dtype=param.dtype, device=param.device
                 )
-            unit.grad_full[offset : offset + param.numel()].copy_(param.grad.reshape(-1))
+            unit.grad_full[offset : offset + param.numel()].copy_(grad_of(param).reshape(-1))
             param.grad = None
             unit.pending -= 1
             if unit.pending == 0:  # the unit's backward is over

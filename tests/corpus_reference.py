@@ -39,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "mtia_ccp_events"}
 _MEMORY_CATS = {"gpu_memcpy", "gpu_memset", "memcpy", "memset"}
@@ -418,17 +419,22 @@ def rank_seconds(paths: Iterable[Path]) -> dict[int, dict[str, float]]:
 FIELDS = ("span_s", "compute_s", "comm_s", "overlap_s", "exposed_comm_s", "other_s", "idle_s")
 
 
+def _field(row: Any, name: str) -> Any:
+    """A field of a summary ranks[] row: a tracekit.summary.Rank, or a dict (a frame's row)."""
+    return row[name] if isinstance(row, dict) else getattr(row, name)
+
+
 def differences(
-    ranks: Iterable[dict], reference: dict[int, dict[str, float]], tol_s: float = 1e-9
+    ranks: Iterable[Any], reference: dict[int, dict[str, float]], tol_s: float = 1e-9
 ) -> list[str]:
     """One line per summary ranks[] field further than tol_s from the reference's, and per rank
     found on one side only; empty when tracekit and the reference agree."""
-    got = {r["rank"]: r for r in ranks}
+    got = {_field(r, "rank"): r for r in ranks}
     out = [f"rank {r}: only in {'tracekit' if r in got else 'the reference'}" for r in
            sorted(got.keys() ^ reference.keys())]  # fmt: skip
     for rank in sorted(got.keys() & reference.keys()):
         for f in FIELDS:
-            g, want = got[rank][f], reference[rank][f]
+            g, want = _field(got[rank], f), _field(reference[rank], f)
             if not abs(g - want) <= tol_s:
                 out.append(f"rank {rank} {f}: {g:.9f} s, from the events {want:.9f} s")
     return out

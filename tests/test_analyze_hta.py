@@ -12,6 +12,7 @@ from conftest import HTA
 from corpus_reference import differences, rank_seconds
 
 from tracekit.analysis import analyze
+from tracekit.summary.ranks import Rank
 
 # trace, rank -> (idle %, compute %, non-compute %, comm overlapped %)
 PUBLISHED = {
@@ -21,21 +22,21 @@ PUBLISHED = {
 }
 
 
-def percentages(rank: dict) -> tuple[float, float, float, float]:
-    span = rank["span_s"]
+def percentages(rank: Rank) -> tuple[float, float, float, float]:
+    span = rank.span_s
     return (
-        100 * rank["idle_s"] / span,
-        100 * rank["compute_s"] / span,
-        100 * (rank["exposed_comm_s"] + rank["other_s"]) / span,
-        100 * rank["overlap_s"] / rank["comm_s"],
+        100 * rank.idle_s / span,
+        100 * rank.compute_s / span,
+        100 * (rank.exposed_comm_s + rank.other_s) / span,
+        100 * rank.overlap_s / rank.comm_s,
     )
 
 
 @pytest.mark.parametrize("folder", ["trace_filter", "nccl_parser_config"])
 def test_breakdown_matches_hta_within_two_points(folder):
     result = analyze(HTA / folder)
-    assert result.summary["window"]["kind"] == "complete_steps"
-    by_rank = {r["rank"]: r for r in result.summary["ranks"]}
+    assert result.summary.window.kind == "complete_steps"
+    by_rank = {r.rank: r for r in result.summary.ranks}
     for (name, rank), expected in PUBLISHED.items():
         if name != folder:
             continue
@@ -50,9 +51,9 @@ def test_every_number_on_gpu_traces_recomputed_from_the_events(folder):
     numbers computed from the JSON's device events in plain Python (tests/corpus_reference.py)."""
     result = analyze(HTA / folder)
     ref = rank_seconds(sorted((HTA / folder).glob("*.json.gz")))
-    assert differences(result.summary["ranks"], ref) == []
-    for r in result.summary["ranks"]:
-        assert r["comm_s"] > 0 and r["overlap_s"] > 0 and r["idle_s"] > 0
+    assert differences(result.summary.ranks, ref) == []
+    for r in result.summary.ranks:
+        assert r.comm_s > 0 and r.overlap_s > 0 and r.idle_s > 0
 
 
 def test_cpu_only_gloo_trace_is_analysed():
@@ -60,11 +61,11 @@ def test_cpu_only_gloo_trace_is_analysed():
     are misnamed pt_main_thread, so they are found as runloop threads by their content."""
     trace = next((HTA / "cpu_only").glob("*.json.gz"))
     result = analyze(trace)
-    (rank,) = result.summary["ranks"]
-    assert rank["rank"] == 34
-    assert result.summary["window"]["kind"] == "complete_steps"
-    assert result.summary["window"]["steps"] == 1
-    assert rank["comm_s"] > 0.1 and rank["compute_s"] == 0.0
+    (rank,) = result.summary.ranks
+    assert rank.rank == 34
+    assert result.summary.window.kind == "complete_steps"
+    assert result.summary.window.steps == 1
+    assert rank.comm_s > 0.1 and rank.compute_s == 0.0
     # idle is the window minus the gloo spans, recomputed from the JSON
     assert differences([rank], rank_seconds([trace])) == []
-    assert rank["idle_s"] > 0
+    assert rank.idle_s > 0

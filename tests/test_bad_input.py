@@ -318,5 +318,5 @@ def test_mutated_run_json_never_crashes(small_run: Path, changes: dict) -> None:
     except TracekitError as err:
         assert "\n" not in str(err) and "run.json" in str(err)
         return
-    assert [r["rank"] for r in result.summary["ranks"]] == [34]
-    assert result.typed_summary.run is not None  # what summary.json echoes fits its schema
+    assert [r.rank for r in result.summary.ranks] == [34]
+    assert result.summary.run is not None  # what summary.json echoes fits its schema

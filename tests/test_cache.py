@@ -129,7 +129,7 @@ def test_the_python_api_reads_entries_but_writes_none_by_default(traces, monkeyp
     assert not list(traces[0].parent.glob("*.events.parquet"))
     parsed = spy_parses(monkeypatch)
     result = analyze(traces[0].parent)
-    assert parsed == [] and [r["rank"] for r in result.summary["ranks"]] == [0, 1]
+    assert parsed == [] and [r.rank for r in result.summary.ranks] == [0, 1]
 
 
 def test_workers_store_entries_too(traces, fresh):
@@ -154,7 +154,7 @@ def test_ingest_at_source(tmp_path, monkeypatch):
     parsed = spy_parses(monkeypatch)
     result = analyze(run)
     assert parsed == [], "the analysis used the ranks' own parquet"
-    assert result.summary["ranks"] == reference.summary["ranks"]
+    assert result.summary.ranks == reference.summary.ranks
     assert_frame_equal(result.events, reference.events)
     # a damaged trace is reported on stderr and never raises (it runs inside the training job)
     bad = tmp_path / "rank9.json.gz"

@@ -64,28 +64,28 @@ def _end_jitter(a) -> int:
 def test_offset_recovered_within_the_end_jitter(original, shifted: Path) -> None:
     jitter = _end_jitter(original)
     a = analyze(shifted)
-    clock = a.summary["clock"]
-    assert clock["applied"] is True and clock["reference_rank"] == 0
-    est = clock["offsets_ns"]["1"]
+    clock = a.summary.clock
+    assert clock.applied is True and clock.reference_rank == 0
+    est = clock.offsets_ns["1"]
     assert abs(est - OFFSET_NS) <= jitter, (est, OFFSET_NS, jitter)
-    assert clock["per_host"] == {"vm": 0, "other-host": est}
-    assert clock["calls"]["1"] == original.summary["matching"]["complete_calls"]
+    assert clock.per_host == {"vm": 0, "other-host": est}
+    assert clock.calls["1"] == original.summary.matching.complete_calls
     # applied: rank 1's window is back where the one-clock run had it
-    w0 = {r["rank"]: r["start_ns"] for r in original.summary["window"]["per_rank"]}
-    w1 = {r["rank"]: r["start_ns"] for r in a.summary["window"]["per_rank"]}
+    w0 = {r.rank: r.start_ns for r in original.summary.window.per_rank}
+    w1 = {r.rank: r.start_ns for r in a.summary.window.per_rank}
     assert w1[0] == w0[0] and abs(w1[1] - w0[1]) <= jitter
     # attribution still works: each rank's dump is matched on its own clock
-    assert a.summary["matching"]["complete_calls"] == original.summary["matching"]["complete_calls"]
+    assert a.summary.matching.complete_calls == original.summary.matching.complete_calls
 
 
 def test_offsets_reported_but_not_applied_on_one_host(original) -> None:
-    clock = original.summary["clock"]
-    assert clock["applied"] is False and "one host" in clock["reason"]
-    assert abs(clock["offsets_ns"]["1"]) <= _end_jitter(original)
+    clock = original.summary.clock
+    assert clock.applied is False and "one host" in clock.reason
+    assert abs(clock.offsets_ns["1"]) <= _end_jitter(original)
 
 
 def test_unaligned_traces_show_the_skew(shifted: Path) -> None:
     a = analyze(shifted, align_clocks=False)
-    assert a.summary["clock"]["applied"] is False
-    w = {r["rank"]: r["start_ns"] for r in a.summary["window"]["per_rank"]}
+    assert a.summary.clock.applied is False
+    w = {r.rank: r.start_ns for r in a.summary.window.per_rank}
     assert abs((w[1] - w[0]) - OFFSET_NS) < 0.1 * OFFSET_NS  # the skew is all there

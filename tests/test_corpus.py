@@ -101,8 +101,8 @@ def _shows_device(trace: dict) -> bool:
 def test_idle_and_compute_match_hta_definitions(unit):
     _, path, files = unit
     result = analyze(path, cache=False)
-    by_rank = {r["rank"]: r for r in result.summary["ranks"]}
-    warnings = result.summary["warnings"]
+    by_rank = {r.rank: r for r in result.summary.ranks}
+    warnings = result.summary.warnings
     traces = {f: _kineto(f) for f in files}
     for f, trace in traces.items():
         ref = breakdown(trace)
@@ -114,8 +114,8 @@ def test_idle_and_compute_match_hta_definitions(unit):
                     f"{f.name}: device shown but no device events, and no warning says so"
                 )
             continue
-        idle = 100 * got["idle_s"] / got["span_s"]
-        compute = 100 * got["compute_s"] / got["span_s"]
+        idle = 100 * got.idle_s / got.span_s
+        compute = 100 * got.compute_s / got.span_s
         assert abs(idle - ref.idle_pct) <= TOLERANCE, f"{f}: idle {idle:.2f} vs {ref.idle_pct:.2f}"
         assert abs(compute - ref.compute_pct) <= TOLERANCE, (
             f"{f}: compute {compute:.2f} vs {ref.compute_pct:.2f}"
@@ -158,11 +158,11 @@ def test_old_schema_categories_are_device_work(tmp_path):
     """Before: 'Kernel'/'Memcpy' were not device categories: 100 % idle, compute 0."""
     trace = _old_schema_trace()
     f = write_trace(tmp_path / "rank0.json.gz", trace)
-    (rank,) = analyze(f, cache=False).summary["ranks"]
+    (rank,) = analyze(f, cache=False).summary.ranks
     ref = breakdown(trace)
     assert ref.idle_pct is not None and 0 < ref.idle_pct < 100
-    assert 100 * rank["idle_s"] / rank["span_s"] == pytest.approx(ref.idle_pct, abs=0.01)
-    assert 100 * rank["compute_s"] / rank["span_s"] == pytest.approx(ref.compute_pct, abs=0.01)
+    assert 100 * rank.idle_s / rank.span_s == pytest.approx(ref.idle_pct, abs=0.01)
+    assert 100 * rank.compute_s / rank.span_s == pytest.approx(ref.compute_pct, abs=0.01)
 
 
 def _mtia_trace() -> dict:
@@ -188,12 +188,12 @@ def test_mtia_device_events_are_the_device_timeline(tmp_path):
     trace = _mtia_trace()
     f = write_trace(tmp_path / "mtia_rank_0.json.gz", trace)
     result = analyze(f, cache=False)
-    (rank,) = result.summary["ranks"]
+    (rank,) = result.summary.ranks
     ref = breakdown(trace)
-    assert 100 * rank["idle_s"] / rank["span_s"] == pytest.approx(ref.idle_pct, abs=0.01)
-    assert 100 * rank["compute_s"] / rank["span_s"] == pytest.approx(ref.compute_pct, abs=0.01)
+    assert 100 * rank.idle_s / rank.span_s == pytest.approx(ref.idle_pct, abs=0.01)
+    assert 100 * rank.compute_s / rank.span_s == pytest.approx(ref.compute_pct, abs=0.01)
     assert result.infos[0].base_ns == 1767189312000000000
-    assert not [w for w in result.summary["warnings"] if "gloo" in w]
+    assert not [w for w in result.summary.warnings if "gloo" in w]
 
 
 def test_launches_without_kernels_are_named(tmp_path):
@@ -211,7 +211,7 @@ def test_launches_without_kernels_are_named(tmp_path):
          "ts": 15 + 50 * k, "dur": 5} for k in range(5)
     ]  # fmt: skip
     f = write_trace(tmp_path / "rank0.json.gz", {"schemaVersion": 1, "traceEvents": events})
-    warnings = analyze(f, cache=False).summary["warnings"]
+    warnings = analyze(f, cache=False).summary.warnings
     (line,) = [w for w in warnings if CPU_ONLY in w]
     assert line.startswith("rank0.json.gz: cuda runtime calls that launch device work")
     assert "cudaLaunchKernel x5" in line and "cuda_profiler_range" in line
@@ -223,7 +223,7 @@ def test_unknown_categories_are_named(tmp_path):
         {"ph": "X", "cat": "npu_kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20, "dur": 5}
     )
     f = write_trace(tmp_path / "rank0.json.gz", trace)
-    warnings = analyze(f, cache=False).summary["warnings"]
+    warnings = analyze(f, cache=False).summary.warnings
     assert any("categories this tracekit does not know: npu_kernel x1" in w for w in warnings)
 
 
@@ -238,8 +238,8 @@ def test_folder_with_execution_trace_skips_it(tmp_path):
     write_trace(tmp_path / "model_et.json.gz", _et())
     (tmp_path / "config.json").write_text(json.dumps({"lr": 0.1}))
     result = analyze(tmp_path, cache=False)
-    assert [r["rank"] for r in result.summary["ranks"]] == [0]
-    (line,) = [w for w in result.summary["warnings"] if w.startswith("skipped ")]
+    assert [r.rank for r in result.summary.ranks] == [0]
+    (line,) = [w for w in result.summary.warnings if w.startswith("skipped ")]
     assert line.startswith("skipped 2 JSON files that are not a Kineto trace")
     assert "config.json" in line and "model_et.json.gz" in line
 

@@ -731,9 +731,9 @@ def test_trace_strings_are_text(page, server):
 
 
 def test_html_report_draws_offline(page, tmp_path):
-    from tracekit.report import write_report
+    from tracekit.analysis import analyze
 
-    out = write_report([HTA / "trace_filter"], tmp_path / "report.html", "html")
+    out = analyze(HTA / "trace_filter").report(tmp_path / "report.html")
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
     page.route(

@@ -115,7 +115,7 @@ def test_index_lists_every_run_with_its_numbers(page, server, root):
         for c in ("ranks", "status", "step_s", "exposed", "bubble", "allgather_hidden")
     }
     for run in runs:
-        (r,) = F.compare_rows([(run, analyze(root / run).typed_summary)])
+        (r,) = F.compare_rows([(run, analyze(root / run).summary)])
         assert cells["ranks"][run] == str(r["ranks"])
         assert cells["step_s"][run] == f"{r['step_time_s']:.4f} s"
         assert cells["exposed"][run] == _pct(r["exposed_comm_s"] / r["span_s"])

@@ -39,7 +39,8 @@ def _kinds(fig: go.Figure) -> list[str]:
 
 def test_every_figure_on_the_synthetic_analysis(syn):
     figs = F.figures_for(syn)
-    assert all(f is not None for f in figs.values()), [k for k, f in figs.items() if f is None]
+    # every figure but tracekit predict's curve: the synthetic run has no calls to replay
+    assert [k for k, f in figs.items() if f is None] == ["predict_curve"]
     assert _kinds(figs["breakdown"]) == ["bar"] * 5
     tl = figs["timeline"]
     assert _kinds(tl).count("heatmap") == 1
@@ -76,7 +77,7 @@ def test_every_figure_on_the_synthetic_analysis(syn):
 
 
 def test_compare_figures(syn, real):
-    runs = [("gpipe", syn.typed_summary), ("trace_filter", real.typed_summary)]
+    runs = [("gpipe", syn.summary), ("trace_filter", real.summary)]
     figs = F.compare_figures(runs)
     assert all(f is not None for f in figs.values())
     assert list(figs["compare_step_time"].data[0].x) == ["gpipe", "trace_filter"]

@@ -56,8 +56,8 @@ def cycles(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def warned(result, *needles: str) -> list[str]:
-    hits = [w for w in result.summary["warnings"] if all(n in w for n in needles)]
-    assert hits, (needles, result.summary["warnings"])
+    hits = [w for w in result.summary.warnings if all(n in w for n in needles)]
+    assert hits, (needles, result.summary.warnings)
     return hits
 
 
@@ -87,10 +87,10 @@ def warned(result, *needles: str) -> list[str]:
 )
 def test_hta_folders_say_what_is_missing(folder: str, needles: list[str]) -> None:
     result = analyze(HTA / folder)
-    assert result.summary["ranks"]
+    assert result.summary.ranks
     for needle in needles:
         warned(result, needle)
-    assert all("\n" not in w for w in result.summary["warnings"])
+    assert all("\n" not in w for w in result.summary.warnings)
 
 
 def test_every_hta_folder_is_covered() -> None:
@@ -137,13 +137,11 @@ def test_single_rank_trace_of_a_plain_process(tmp_path: Path) -> None:
             model(torch.randn(4, 32)).sum().backward()
             prof.step()
     result = analyze(trace)
-    assert [r["rank"] for r in result.summary["ranks"]] == [0]
-    assert result.summary["window"]["steps"] == 2
+    assert [r.rank for r in result.summary.ranks] == [0]
+    assert result.summary.window.steps == 2
     warned(result, "no rank in distributedInfo or file name; taken as rank 0")
     warned(result, "no distributedInfo in my_job.pt.trace.json")
-    assert not [
-        w for w in result.summary["warnings"] if "have no trace" in w or "has no trace" in w
-    ]
+    assert not [w for w in result.summary.warnings if "have no trace" in w or "has no trace" in w]
 
 
 def test_rank_missing_from_a_set(tmp_path: Path) -> None:
@@ -173,8 +171,8 @@ def test_profiling_cycles_take_the_latest(cycles: Path, tmp_path: Path) -> None:
     files = sorted(cycles.iterdir())
     assert all("rank" not in f.name for f in files)  # <host>_<pid>.<ns>: the rank is inside
     result = analyze(cycles)
-    assert [r["rank"] for r in result.summary["ranks"]] == [0, 1]
-    assert result.summary["window"]["steps"] == 1
+    assert [r.rank for r in result.summary.ranks] == [0, 1]
+    assert result.summary.window.steps == 1
     steps = result.events.filter(pl.col("name").str.starts_with("ProfilerStep#"))
     assert set(steps["name"]) == {"ProfilerStep#3"}  # the second cycle on both ranks
     notes = warned(
@@ -186,7 +184,7 @@ def test_profiling_cycles_take_the_latest(cycles: Path, tmp_path: Path) -> None:
     assert len(ignored) == 2 and all(any(name in n for n in notes) for name in ignored)
     # --ranks works although the rank is only inside the files
     only = analyze(cycles, ranks=[1])
-    assert [r["rank"] for r in only.summary["ranks"]] == [1]
+    assert [r.rank for r in only.summary.ranks] == [1]
 
 
 def test_two_traces_claim_one_rank_at_the_same_time(tmp_path: Path) -> None:
@@ -256,7 +254,7 @@ def test_hosts_with_skewed_clocks(tmp_path: Path) -> None:
         ("node-b", r1["baseTimeNanoseconds"]),
     ]
     result = analyze(tmp_path)
-    assert [r["rank"] for r in result.summary["ranks"]] == [0, 1]
-    assert result.summary["topology"]["nodes"] == {"0": 0, "1": 1}
-    for r in result.summary["ranks"]:
-        assert r["span_s"] > 0 and r["comm_s"] > 0
+    assert [r.rank for r in result.summary.ranks] == [0, 1]
+    assert result.summary.topology.nodes == {"0": 0, "1": 1}
+    for r in result.summary.ranks:
+        assert r.span_s > 0 and r.comm_s > 0

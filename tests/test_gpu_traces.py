@@ -24,30 +24,26 @@ def test_cuda_dp_run_breakdown_memory_and_nccl_log():
     (info,) = result.infos
     assert info.has_gpu and info.backend == "nccl"
     # --steps 2: on GPU the last, cut-short step is dropped as HTA does
-    assert result.summary["window"] == {
-        **result.summary["window"],
-        "kind": "complete_steps",
-        "steps": 1,
-    }
-    (rank,) = result.summary["ranks"]
-    assert rank["compute_s"] > 0 and rank["comm_s"] == 0
+    assert (result.summary.window.kind, result.summary.window.steps) == ("complete_steps", 1)
+    (rank,) = result.summary.ranks
+    assert rank.compute_s > 0 and rank.comm_s == 0
     # every number against the kernels and copies launched before the last step, from the JSON
     assert differences([rank], rank_seconds(_traces(GPU / "dp-cuda-nccl"))) == []
     # a 0.9M-parameter model cannot keep an H200 busy: the GPU idles most of the step
-    assert rank["idle_s"] > rank["compute_s"]
-    (mem,) = result.summary["memory"]["per_rank"]
-    assert mem["peak_device"] == "cuda:0" and mem["peak_bytes"] > mem["model_states_bytes"]
-    assert mem["ratio_to_theory"] == pytest.approx(1.0, abs=1e-3)
-    assert result.summary["nccl"]["logs"]["version"].startswith("2.28")
+    assert rank.idle_s > rank.compute_s
+    (mem,) = result.summary.memory.per_rank
+    assert mem.peak_device == "cuda:0" and mem.peak_bytes > mem.model_states_bytes
+    assert mem.ratio_to_theory == pytest.approx(1.0, abs=1e-3)
+    assert result.summary.nccl.logs.version.startswith("2.28")
 
 
 def test_cuda_job_captured_with_tracekit_profile():
     (run,) = [p for p in GPU.iterdir() if p.name == "user-cuda"]
     result = analyze(run)
-    assert result.summary["window"]["kind"] == "complete_steps"
-    assert result.summary["window"]["steps"] == 2  # active=3, the last one cut short
-    (rank,) = result.summary["ranks"]
-    assert rank["compute_s"] > 0
+    assert result.summary.window.kind == "complete_steps"
+    assert result.summary.window.steps == 2  # active=3, the last one cut short
+    (rank,) = result.summary.ranks
+    assert rank.compute_s > 0
     kernels = result.events.filter(
         (result.events["device"] == "gpu") & (result.events["kind"] == "compute")
     )
@@ -70,17 +66,15 @@ def test_gloo_ranks_sharing_a_gpu_count_gloo_spans_as_communication():
     assert gloo.height > 0
     # every number against the device events and the host's gloo spans, from the JSON
     ref = rank_seconds(_traces(GPU / "dp-cuda-gloo"))
-    assert differences(result.summary["ranks"], ref) == []
-    for rank in result.summary["ranks"]:
-        assert rank["compute_s"] > 0 and rank["comm_s"] > 0
+    assert differences(result.summary.ranks, ref) == []
+    for rank in result.summary.ranks:
+        assert rank.compute_s > 0 and rank.comm_s > 0
         # comm is the union of this rank's gloo spans inside the window: never more than their sum
         mine = gloo.filter(
-            (gloo["rank"] == rank["rank"])
-            & (gloo["end_ns"] > rank["window_start_ns"])
-            & (gloo["start_ns"] < rank["window_end_ns"])
+            (gloo["rank"] == rank.rank)
+            & (gloo["end_ns"] > rank.window_start_ns)
+            & (gloo["start_ns"] < rank.window_end_ns)
         )
-        assert rank["comm_s"] <= (mine["end_ns"] - mine["start_ns"]).sum() * 1e-9 + 1e-9
-    (all_reduce,) = [
-        op for op in result.summary["collectives"]["per_op"] if op["op"] == "all_reduce"
-    ]
-    assert all_reduce["unknown_size"] == 0 and all_reduce["bytes"] > 0
+        assert rank.comm_s <= (mine["end_ns"] - mine["start_ns"]).sum() * 1e-9 + 1e-9
+    (all_reduce,) = [op for op in result.summary.collectives.per_op if op.op == "all_reduce"]
+    assert all_reduce.unknown_size == 0 and all_reduce.bytes > 0

@@ -20,10 +20,12 @@ from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.load import assemble as assemble_job
 from tracekit.ingest.load import load, load_rank, locate, read_selected
 from tracekit.ingest.nccl_log import rank_layout, read_nccl_logs, ring_order
+from tracekit.ingest.read_options import ReadOptions
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.ingest.selection import select
 from tracekit.ingest.spill import Spill
 from tracekit.ingest.topology import node_of_ranks
+from tracekit.summary import encode
 
 GPU = ROOT / "tests" / "data" / "gpu"
 
@@ -87,7 +89,7 @@ def test_a_rank_is_read_on_its_own_and_the_job_assembles_the_same(tmp_path: Path
 
     whole = load(run)
     selection = select(list(source.traces))
-    scans = read_selected(source, selection, None, Spill())
+    scans = read_selected(source, selection, ReadOptions(), Spill())
     pieces = [load_rank(source, r) for r in (1, 0)]  # any order
     job = assemble_job(source, selection, scans, pieces)
     assert job.memory == whole.memory
@@ -105,8 +107,8 @@ def test_analyses_read_no_file(tmp_path: Path) -> None:
     shutil.rmtree(run)
     inp = prepare(job)
     got = assemble(inp, run_sections(inp)).summary
-    assert json.dumps(got, default=str) == json.dumps(expected, default=str)
-    assert got["pipeline"]["per_stage"][0]["activation_peak_bytes"] is not None
+    assert encode(got) == encode(expected)
+    assert got.pipeline.per_stage[0].activation_peak_bytes is not None
 
 
 def test_memory_counts_keep_integers_only() -> None:
@@ -150,3 +152,17 @@ def test_topology_takes_the_first_source_that_covers_every_rank(given, source, n
     assert topo.source == source
     assert topo.nodes == (nodes or {0: 0, 1: 1, 2: 2})
     assert bool(topo.warnings) == (source == "unknown")
+
+
+def test_collectives_are_matched_once_and_shifts_handed_on(monkeypatch) -> None:
+    """Clocks aligned on a 2-node run: the calls are matched once and moved with the events
+    (not matched again), and the Analysis gets the shifts prepare applied."""
+    from tracekit.analyses import collectives
+
+    calls = []
+    match = collectives.raw_collectives
+    monkeypatch.setattr(collectives, "raw_collectives", lambda *a: calls.append(1) or match(*a))
+    a = analyze(SAMPLES / "hsdp", align_clocks=True, cache=False)
+    assert a.summary.clock is not None and a.summary.clock.applied
+    assert len(calls) == 1
+    assert a.shifts == {int(r): v for r, v in a.summary.clock.offsets_ns.items() if v}

@@ -77,9 +77,7 @@ def test_every_gloo_call_gets_its_group_from_the_flight_recorder(
 
 
 def test_calls_per_group_are_counted_from_the_events(groups_analysis) -> None:
-    per_group = {
-        (r["group"], r["op"]): r for r in groups_analysis.summary["collectives"]["per_group"]
-    }
+    per_group = {(r.group, r.op): r for r in groups_analysis.summary.collectives.per_group}
     steps = job.STEPS
     expected = {
         ("1", "all_reduce"),
@@ -98,14 +96,13 @@ def test_calls_per_group_are_counted_from_the_events(groups_analysis) -> None:
     }
     assert set(per_group) == expected
     for key, r in per_group.items():
-        assert r["count"] == steps, key  # calls, not rank rows
-        assert r["complete_calls"] == steps
-        assert r["rank_rows"] == steps * (4 if key[0] == "0" else 2)
+        assert r.count == steps, key  # calls, not rank rows
+        assert r.complete_calls == steps
+        assert r.rank_rows == steps * (4 if key[0] == "0" else 2)
     assert (
-        per_group[("1", "all_reduce")]["dim"] == "row"
-        and per_group[("3", "broadcast")]["dim"] == "col"
+        per_group[("1", "all_reduce")].dim == "row" and per_group[("3", "broadcast")].dim == "col"
     )
-    assert per_group[("1", "all_gather")]["desc"] == "row0"
+    assert per_group[("1", "all_gather")].desc == "row0"
 
 
 def test_transfer_is_the_shortest_span_and_the_rest_is_wait(groups_analysis) -> None:
@@ -145,42 +142,40 @@ def test_sizes_the_trace_lacks_come_from_the_dumps(groups_analysis) -> None:
 
 
 def test_busbw_per_op_and_per_group_from_transfer_times(groups_analysis) -> None:
-    co = groups_analysis.summary["collectives"]
+    co = groups_analysis.summary.collectives
     m = groups_analysis.frames["collective_matches"]
     calls = m.unique("call_id")
-    per_op = {r["op"]: r for r in co["per_op"]}
+    per_op = {r.op: r for r in co.per_op}
     for op, factor in (("all_reduce", 1.0), ("all_gather", 0.5), ("broadcast", 1.0)):  # n = 2
         c = calls.filter(pl.col("op") == op)
         algbw = c["bytes"].sum() / (c["transfer_ns"].sum() * 1e-9) / 1e9
-        assert per_op[op]["time_basis"] == "transfer"
-        assert per_op[op]["algbw_gbps"] == pytest.approx(algbw)
-        assert per_op[op]["busbw_gbps"] == pytest.approx(algbw * factor)
-        assert per_op[op]["transfer_s"] + per_op[op]["wait_s"] == pytest.approx(
-            per_op[op]["time_s"]
-        )
-    for r in co["per_group"]:
+        assert per_op[op].time_basis == "transfer"
+        assert per_op[op].algbw_gbps == pytest.approx(algbw)
+        assert per_op[op].busbw_gbps == pytest.approx(algbw * factor)
+        assert per_op[op].transfer_s + per_op[op].wait_s == pytest.approx(per_op[op].time_s)
+    for r in co.per_group:
         c = calls.filter(
-            (pl.col("call_id").str.starts_with(f"{r['group']}#")) & (pl.col("op") == r["op"])
+            (pl.col("call_id").str.starts_with(f"{r.group}#")) & (pl.col("op") == r.op)
         )
-        if r["group"].startswith("p2p") or r["op"] == "barrier":
+        if r.group.startswith("p2p") or r.op == "barrier":
             continue
         algbw = c["bytes"].sum() / (c["transfer_ns"].sum() * 1e-9) / 1e9
         factor = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}[
-            r["op"]
+            r.op
         ]
-        assert r["busbw_gbps"] == pytest.approx(algbw * factor), r
+        assert r.busbw_gbps == pytest.approx(algbw * factor), r
 
 
 def test_bytes_per_parallel_dimension(groups_analysis) -> None:
-    tr = groups_analysis.summary["traffic"]
-    by_dim = {r["dim"]: r for r in tr["by_dim"]}
-    assert by_dim["row"]["inter"] == 0 and by_dim["row"]["intra"] > 0  # rows live inside a node
-    assert by_dim["col"]["intra"] == 0 and by_dim["col"]["inter"] > 0  # columns cross nodes
+    tr = groups_analysis.summary.traffic
+    by_dim = {r.dim: r for r in tr.by_dim}
+    assert by_dim["row"].inter == 0 and by_dim["row"].intra > 0  # rows live inside a node
+    assert by_dim["col"].intra == 0 and by_dim["col"].inter > 0  # columns cross nodes
     steps = job.STEPS
     # col: all_reduce 2(n-1)/n S x n ranks = 2S, broadcast S (one edge): 3S per call pair, two groups
-    assert by_dim["col"]["bytes"] == steps * 2 * (2 * S + S)
-    assert tr["per_step"]["inter_node_bytes"] * steps == pytest.approx(tr["inter_node_bytes"])
-    assert tr["intra_node_bytes"] + tr["inter_node_bytes"] == tr["total_bytes"]
+    assert by_dim["col"].bytes == steps * 2 * (2 * S + S)
+    assert tr.per_step.inter_node_bytes * steps == pytest.approx(tr.inter_node_bytes)
+    assert tr.intra_node_bytes + tr.inter_node_bytes == tr.total_bytes
 
 
 def test_without_dumps_one_group_from_pg_config(tmp_path: Path) -> None:
@@ -203,18 +198,15 @@ def test_without_dumps_several_groups_warns(groups_run: Path, tmp_path: Path) ->
     a = analyze(run)
     assert any(
         "no flight-recorder dump" in w and "not matched across ranks" in w
-        for w in a.summary["warnings"]
+        for w in a.summary.warnings
     )
     coll = a.collectives.filter(pl.col("group_source") != "p2p")
     # each rank is in three groups: a guess would pair calls of different groups, so none is made
     assert set(coll["group_source"]) == {"unknown"} and coll["group"].null_count() == coll.height
     assert not coll["complete"].any()
-    per_op = {r["op"]: r for r in a.summary["collectives"]["per_op"]}
-    assert (
-        per_op["all_reduce"]["time_basis"] == "duration"
-        and per_op["all_reduce"]["transfer_s"] is None
-    )
-    assert per_op["send"]["time_basis"] == "transfer"  # p2p is matched by (src, dst, k) regardless
+    per_op = {r.op: r for r in a.summary.collectives.per_op}
+    assert per_op["all_reduce"].time_basis == "duration" and per_op["all_reduce"].transfer_s is None
+    assert per_op["send"].time_basis == "transfer"  # p2p is matched by (src, dst, k) regardless
 
 
 def test_nccl_trace_names_its_group_and_algorithm() -> None:
@@ -225,15 +217,10 @@ def test_nccl_trace_names_its_group_and_algorithm() -> None:
     assert set(t["group_source"].drop_nulls()) == {"trace"} and set(t["group"]) == {"0"}
     assert t["group_ranks"][0].to_list() == [0, 1] and not t["complete"].any()
     assert set(t["algorithm"]) == {"RING"} and set(t["protocol"]) == {"LL"}
-    per_op = {r["op"]: r for r in a.summary["collectives"]["per_op"]}
-    assert (
-        per_op["all_reduce"]["time_basis"] == "duration"
-        and per_op["all_reduce"]["transfer_s"] is None
-    )
-    assert a.summary["nccl"]["kernel_algorithms"]["all_reduce"] == {
-        "RING_LL": per_op["all_reduce"]["count"]
-    }
-    assert a.summary["collectives"]["per_group"][0]["group"] == "0"
+    per_op = {r.op: r for r in a.summary.collectives.per_op}
+    assert per_op["all_reduce"].time_basis == "duration" and per_op["all_reduce"].transfer_s is None
+    assert a.summary.nccl.kernel_algorithms["all_reduce"] == {"RING_LL": per_op["all_reduce"].count}
+    assert a.summary.collectives.per_group[0].group == "0"
 
 
 def test_match_entries_rule() -> None:

@@ -29,7 +29,8 @@ def _memory_events(trace: dict) -> list[dict]:
 
 @functools.cache
 def _memory_summary(sample: str) -> dict:
-    return analyze(SAMPLES / sample).summary["memory"]
+    """summary.json ``memory`` of a sample, as written (the JSON the formulas are checked on)."""
+    return analyze(SAMPLES / sample).summary_dict()["memory"]
 
 
 def _load(path: Path) -> dict:
@@ -90,8 +91,8 @@ def test_peak_per_device_and_through_worker_processes(tmp_path: Path) -> None:
         dst = runfolder.trace_path(tmp_path / "run", rank)
         dst.unlink()
         dst.with_suffix("").write_text(path.read_text())  # rank<R>.json
-    rows = analyze(tmp_path / "run").summary["memory"]["per_rank"]
-    assert [(r["peak_bytes"], r["peak_device"]) for r in rows] == [(7 * 2**30, "cuda:0")] * 2
+    rows = analyze(tmp_path / "run").summary.memory.per_rank
+    assert [(r.peak_bytes, r.peak_device) for r in rows] == [(7 * 2**30, "cuda:0")] * 2
 
 
 def test_trace_without_memory_events(tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ def test_trace_without_memory_events(tmp_path: Path) -> None:
     path.write_text(json.dumps(trace))
     info, _ = read_trace(path)
     assert info.memory_peak_bytes == {}
-    assert analyze(path).summary["memory"] is None  # a lone trace: nothing counted, no peak
+    assert analyze(path).summary.memory is None  # a lone trace: nothing counted, no peak
 
 
 # --- the section --------------------------------------------------------------------------------
@@ -163,10 +164,10 @@ def test_strategies_without_a_formula_keep_per_rank(tmp_path: Path) -> None:
     for strategy in ("tp", "pp-gpipe"):
         data["strategy"] = strategy
         runfolder.write_json_atomic(runfolder.run_json_path(run), data)
-        mem = analyze(run).summary["memory"]
-        assert mem["theory"] is None and mem["ratio_to_theory"] is None
-        assert len(mem["per_rank"]) == 2 and all(
-            r["model_states_bytes"] == pytest.approx(16 * PSI, rel=1e-3) for r in mem["per_rank"]
+        mem = analyze(run).summary.memory
+        assert mem.theory is None and mem.ratio_to_theory is None
+        assert len(mem.per_rank) == 2 and all(
+            r.model_states_bytes == pytest.approx(16 * PSI, rel=1e-3) for r in mem.per_rank
         )
 
 

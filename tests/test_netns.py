@@ -83,11 +83,11 @@ def test_run_on_emulated_nodes_and_namespaces_gone(emulated: Path) -> None:
 
 
 def test_ring_all_reduce_half_inter_node(emulated_analysis) -> None:
-    tr = emulated_analysis.summary["traffic"]
-    assert tr["inter_node_fraction"] == 0.5  # ring 0->1->2->3->0: 1->2, 3->0 cross
-    assert tr["intra_node_bytes"] + tr["inter_node_bytes"] == tr["total_bytes"]
+    tr = emulated_analysis.summary.traffic
+    assert tr.inter_node_fraction == 0.5  # ring 0->1->2->3->0: 1->2, 3->0 cross
+    assert tr.intra_node_bytes + tr.inter_node_bytes == tr.total_bytes
     calls = emulated_analysis.frames["collective_matches"].unique("call_id")
-    assert tr["total_bytes"] == pytest.approx(
+    assert tr.total_bytes == pytest.approx(
         sum(2 * 3 / 4 * b * 4 for b in calls["bytes"]), abs=len(calls)
     )
     links = {
@@ -100,13 +100,13 @@ def test_ring_all_reduce_half_inter_node(emulated_analysis) -> None:
 def test_communication_time_follows_the_shaped_bandwidth(emulated_analysis) -> None:
     """Inter-node bytes / bandwidth predicts the measured transfer time within a factor 2."""
     s = emulated_analysis.summary
-    steps = s["window"]["steps"]
-    predicted = s["traffic"]["per_step"]["inter_node_bytes"] * 8 / netns.rate_bits(RATE)
+    steps = s.window.steps
+    predicted = s.traffic.per_step.inter_node_bytes * 8 / netns.rate_bits(RATE)
     calls = emulated_analysis.frames["collective_matches"].unique("call_id")
     transfer = calls["transfer_ns"].sum() * 1e-9 / steps
-    comm = sorted(r["comm_s"] / steps for r in s["ranks"])
+    comm = sorted(r.comm_s / steps for r in s.ranks)
     note = (
-        f"inter-node bytes/step {s['traffic']['per_step']['inter_node_bytes']:.0f}, predicted "
+        f"inter-node bytes/step {s.traffic.per_step.inter_node_bytes:.0f}, predicted "
         f"{predicted:.3f} s/step at {RATE}; measured transfer {transfer:.3f} s/step, comm per rank {comm}"
     )
     print(note)

@@ -12,6 +12,7 @@ from conftest import SAMPLES, torchrun
 
 from tracekit.analyses.overlap import compute_intervals, overlap_summary, overlap_units
 from tracekit.analysis import Analysis, analyze
+from tracekit.summary.memory import Overlap
 
 FSDP2_JOB = textwrap.dedent('''
     """2-rank FSDP2 job: fully_shard per block and on the root, 2 profiled steps into OUT/traces/."""
@@ -75,52 +76,53 @@ def test_fsdp2_labels_attribute_every_collective(fsdp2: Analysis) -> None:
             (b, "bwd", "reduce_scatter"),
         } <= got
     assert {("root", "fwd", "all_gather"), ("root", "bwd", "reduce_scatter")} <= got
-    ov = result.summary["overlap"]
-    steps, ranks = ov["steps"], ov["ranks"]
+    ov = result.summary.overlap
+    steps, ranks = ov.steps, ov.ranks
     assert (steps, ranks) == (2, 2)
-    assert ov["allgather_count"] == ranks * steps * (2 * len(blocks) + 1)
-    assert ov["reducescatter_count"] == ranks * steps * (len(blocks) + 1)
-    rows = {(r["unit"], r["phase"], r["op"]): r for r in ov["per_layer"]}
-    assert all(r["count"] == ranks * steps for r in rows.values())
+    assert ov.allgather_count == ranks * steps * (2 * len(blocks) + 1)
+    assert ov.reducescatter_count == ranks * steps * (len(blocks) + 1)
+    rows = {(r.unit, r.phase, r.op): r for r in ov.per_layer}
+    assert all(r.count == ranks * steps for r in rows.values())
     # per_layer in order of first appearance: the forward gathers in module order come first
-    assert [r["unit"] for r in ov["per_layer"][:5]] == ["root", *blocks]
+    assert [r.unit for r in ov.per_layer[:5]] == ["root", *blocks]
     # the gathered unit sizes are what FSDP2 gathers: a block's parameters (padded) in fp32
     coll = result.collectives.filter(pl.col("op") == "all_gather")
     assert coll["bytes"].min() > 0
 
 
-def _check_frame_identities(frame: pl.DataFrame, ov: dict) -> None:
+def _check_frame_identities(frame: pl.DataFrame, ov: Overlap | None) -> None:
+    assert ov is not None
     assert (frame["hidden_s"] >= 0).all() and (frame["exposed_s"] >= -1e-12).all()
     assert (frame["hidden_s"] + frame["exposed_s"] - frame["duration_s"]).abs().max() < 1e-12
     assert (frame["duration_s"] - (frame["end_ns"] - frame["start_ns"]) * 1e-9).abs().max() < 1e-12
     n = frame["rank"].n_unique()
     ag = frame.filter(pl.col("op") == "all_gather")
-    assert ov["allgather_s"] == pytest.approx(ag["duration_s"].sum() / n)
-    assert ov["allgather_hidden_fraction"] == pytest.approx(
+    assert ov.allgather_s == pytest.approx(ag["duration_s"].sum() / n)
+    assert ov.allgather_hidden_fraction == pytest.approx(
         ag["hidden_s"].sum() / ag["duration_s"].sum()
     )
-    assert sum(r["count"] for r in ov["per_layer"]) == frame.height
+    assert sum(r.count for r in ov.per_layer) == frame.height
 
 
 @pytest.mark.slow
 def test_fsdp2_frame_identities(fsdp2: Analysis) -> None:
-    _check_frame_identities(fsdp2.frames["overlap_units"], fsdp2.summary["overlap"])
+    _check_frame_identities(fsdp2.frames["overlap_units"], fsdp2.summary.overlap)
 
 
 def test_zero3_sample_per_unit_table() -> None:
     result = analyze(SAMPLES / "zero3")
-    ov, frame = result.summary["overlap"], result.frames["overlap_units"]
+    ov, frame = result.summary.overlap, result.frames["overlap_units"]
     _check_frame_identities(frame, ov)
     units = [f"unit{i}" for i in range(6)]
-    keys = [(r["unit"], r["phase"], r["op"]) for r in ov["per_layer"]]
+    keys = [(r.unit, r.phase, r.op) for r in ov.per_layer]
     assert keys[:6] == [(u, "fwd", "all_gather") for u in units]
     assert set(keys[6:]) == {
         (u, "bwd", op) for u in units for op in ("all_gather", "reduce_scatter")
     }
-    ranks, steps = ov["ranks"], ov["steps"]
-    assert all(r["count"] == ranks * steps for r in ov["per_layer"])
+    ranks, steps = ov.ranks, ov.steps
+    assert all(r.count == ranks * steps for r in ov.per_layer)
     # the first unit's forward gather has nothing before it to hide under
-    assert ov["per_layer"][0]["hidden_s"] == pytest.approx(0.0, abs=1e-4)
+    assert ov.per_layer[0].hidden_s == pytest.approx(0.0, abs=1e-4)
     assert set(frame.columns) >= {
         "rank",
         "unit",
@@ -135,7 +137,7 @@ def test_zero3_sample_per_unit_table() -> None:
 
 
 def test_no_gathers_no_section() -> None:
-    assert analyze(SAMPLES / "dp").summary["overlap"] is None
+    assert analyze(SAMPLES / "dp").summary.overlap is None
 
 
 # --- the arithmetic on frames built by hand -----------------------------------------------------
@@ -256,8 +258,8 @@ def test_hidden_is_the_intersection_with_compute_minus_waits() -> None:
     # [260,380) ∩ compute = [260,350) = 90 ns
     assert rs["hidden_s"] == pytest.approx(90e-9) and rs["exposed_s"] == pytest.approx(30e-9)
     summary = overlap_summary(frame, n_ranks=1, steps=1)
-    assert summary["allgather_hidden_fraction"] == pytest.approx(60 / 130)
-    assert summary["reducescatter_hidden_fraction"] == pytest.approx(90 / 120)
+    assert summary.allgather_hidden_fraction == pytest.approx(60 / 130)
+    assert summary.reducescatter_hidden_fraction == pytest.approx(90 / 120)
     # on a GPU rank the CPU waits do not touch the (GPU) compute segments
     assert compute_intervals(seg, ev, gpu_ranks={0})["end_ns"].to_list() == [100, 300, 350]
 
@@ -299,9 +301,9 @@ def test_volume_ideal_and_wire_per_rank_per_step() -> None:
     coll = pl.DataFrame([(*r, 4) for r in rows], schema=schema, orient="row")
     v = volume_summary(coll, steps=2)
     # ideal: (400 x 3/4 + 400 x 3/4 + 100 x 6/4) / 2 steps; wire: the reduce-scatter at 6/4
-    assert v["ideal_bytes_per_rank_per_step"] == pytest.approx((300 + 300 + 150) / 2)
-    assert v["wire_bytes_per_rank_per_step"] == pytest.approx((300 + 600 + 150) / 2)
-    assert v["wire_to_ideal"] == pytest.approx(1050 / 750)
-    ops = {(o["op"], o["wire_op"]): o for o in v["per_op"]}
-    assert ops[("reduce_scatter", "all_reduce")]["calls_per_step"] == 0.5
+    assert v.ideal_bytes_per_rank_per_step == pytest.approx((300 + 300 + 150) / 2)
+    assert v.wire_bytes_per_rank_per_step == pytest.approx((300 + 600 + 150) / 2)
+    assert v.wire_to_ideal == pytest.approx(1050 / 750)
+    ops = {(o.op, o.wire_op): o for o in v.per_op}
+    assert ops[("reduce_scatter", "all_reduce")].calls_per_step == 0.5
     assert volume_summary(coll.clear(), steps=2) is None and volume_summary(coll, steps=0) is None

@@ -22,15 +22,15 @@ from tracekit.analysis import analyze
 
 def _check(run: Path) -> dict[int, dict[str, float]]:
     ref = rank_seconds(sorted((run / "traces").glob("rank*.json.gz")))
-    ranks = analyze(run).summary["ranks"]
+    ranks = analyze(run).summary.ranks
     # communication is exactly the c10d calls, collectives, p2p transfer and blocked wait; and
     # compute, overlap and idle follow from it and the ops
     assert differences(ranks, ref) == []
     for got in ranks:
         # counting the posted spans whole made comm 97-99 % of the span
-        assert got["comm_s"] < 0.7 * got["span_s"]
-        pure = got["compute_s"] - got["overlap_s"]
-        assert pure > 0.25 * got["span_s"], got
+        assert got.comm_s < 0.7 * got.span_s
+        pure = got.compute_s - got.overlap_s
+        assert pure > 0.25 * got.span_s, got
     return ref
 
 

@@ -145,7 +145,7 @@ def test_busy_time_of_tracekit_and_torch_spans():
 
 def test_no_pipeline_labels_no_section():
     result = analyze(SAMPLES / "dp")
-    assert result.summary["pipeline"] is None
+    assert result.summary.pipeline is None
     assert not {"pipeline_ops", "bubbles", "pipeline_replay"} & set(result.frames)
 
 
@@ -180,25 +180,23 @@ def test_torch_writes_these_labels(torch_traces):
 @pytest.mark.slow
 def test_torch_schedule_gpipe_per_stage_bubbles(torch_traces):
     result = analyze(torch_traces / "gpipe")
-    pipe = result.summary["pipeline"]
-    assert (pipe["schedule"], pipe["stages"], pipe["microbatches"], pipe["steps"]) == (
+    pipe = result.summary.pipeline
+    assert (pipe.schedule, pipe.stages, pipe.microbatches, pipe.steps) == (
         "gpipe",
         2,
         4,
         2,
     )
-    assert "ScheduleGPipe" in pipe["source"]
-    assert pipe["bubble_fraction_theory"] == pytest.approx(1 / 5)
-    assert 0 < pipe["bubble_fraction"] < 1 and 0 < pipe["bubble_fraction_replay"] < 1
-    assert [s["stage"] for s in pipe["per_stage"]] == [0, 1]
-    for s in pipe["per_stage"]:
-        assert s["max_inflight_microbatches"] == 4  # GPipe: all m on every stage
-        assert s["steady_s"] + s["fill_s"] + s["drain_s"] > 0
-        assert s["fill_s"] + s["steady_s"] + s["drain_s"] + s["busy_s"] == pytest.approx(
-            s["window_s"], rel=1e-6
-        )
+    assert "ScheduleGPipe" in pipe.source
+    assert pipe.bubble_fraction_theory == pytest.approx(1 / 5)
+    assert 0 < pipe.bubble_fraction < 1 and 0 < pipe.bubble_fraction_replay < 1
+    assert [s.stage for s in pipe.per_stage] == [0, 1]
+    for s in pipe.per_stage:
+        assert s.max_inflight_microbatches == 4  # GPipe: all m on every stage
+        assert s.steady_s + s.fill_s + s.drain_s > 0
+        assert s.fill_s + s.steady_s + s.drain_s + s.busy_s == pytest.approx(s.window_s, rel=1e-6)
     # stage 1 waits for stage 0's first forward (fill); stage 0 runs the step's last backward
-    assert pipe["per_stage"][1]["fill_s"] > 0 and pipe["per_stage"][0]["drain_s"] == 0
+    assert pipe.per_stage[1].fill_s > 0 and pipe.per_stage[0].drain_s == 0
     ops = result.frames["pipeline_ops"]
     assert ops.height == 2 * 2 * 4 * 2
     # stage 1's "Forward i" holds the blocking receive: each op is trimmed to its compute
@@ -222,24 +220,25 @@ def test_torch_schedule_gpipe_per_stage_bubbles(torch_traces):
 
 @pytest.mark.slow
 def test_torch_interleaved_schedule_is_read(torch_traces):
-    pipe = analyze(torch_traces / "interleaved").summary["pipeline"]
-    assert (pipe["schedule"], pipe["stages"], pipe["virtual_stages"], pipe["microbatches"]) == (
+    pipe = analyze(torch_traces / "interleaved").summary.pipeline
+    assert (pipe.schedule, pipe.stages, pipe.virtual_stages, pipe.microbatches) == (
         "interleaved",
         2,
         4,
         4,
     )
-    assert pipe["bubble_fraction_theory"] == pytest.approx(1 / (2 * 4 + 1))  # (p-1)/(v m + p-1)
-    assert pipe["bubble_fraction_replay"] is None
-    assert [s["stages_on_rank"] for s in pipe["per_stage"]] == [[0, 2], [1, 3]]
-    assert all(0 < s["busy_s"] < s["window_s"] for s in pipe["per_stage"])
+    assert pipe.bubble_fraction_theory == pytest.approx(1 / (2 * 4 + 1))  # (p-1)/(v m + p-1)
+    assert pipe.bubble_fraction_replay is None
+    assert [s.stages_on_rank for s in pipe.per_stage] == [[0, 2], [1, 3]]
+    assert all(0 < s.busy_s < s.window_s for s in pipe.per_stage)
 
 
 # --- the committed samples: p=4, m=4, made by `tracekit run pp-* --nproc 4 --microbatches 4 --steps 2`
 
 
 def _sample(name: str) -> dict:
-    return analyze(SAMPLES / name).summary["pipeline"]
+    """summary.json ``pipeline`` of a sample, as written."""
+    return analyze(SAMPLES / name).summary_dict()["pipeline"]
 
 
 def test_samples_inflight_activation_and_versions():
@@ -257,8 +256,8 @@ def test_samples_inflight_activation_and_versions():
 
 def test_a_subset_of_ranks_gets_theory_not_replay():
     pipe = analyze(SAMPLES / "pp-1f1b", ranks=[0, 1])
-    summary = pipe.summary["pipeline"]
-    assert summary["stages"] == 4 and [s["stage"] for s in summary["per_stage"]] == [0, 1]
-    assert summary["bubble_fraction_replay"] is None
-    assert summary["bubble_fraction_theory"] == pytest.approx(theory.pipeline_bubble_fraction(4, 4))
-    assert any("no replay" in w for w in pipe.summary["warnings"])
+    summary = pipe.summary.pipeline
+    assert summary.stages == 4 and [s.stage for s in summary.per_stage] == [0, 1]
+    assert summary.bubble_fraction_replay is None
+    assert summary.bubble_fraction_theory == pytest.approx(theory.pipeline_bubble_fraction(4, 4))
+    assert any("no replay" in w for w in pipe.summary.warnings)

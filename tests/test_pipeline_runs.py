@@ -250,7 +250,7 @@ def test_pipedream_backward_uses_the_stashed_weights(pipedream):
 
 def test_pipeline_section_keys_and_frames(analysed):
     for name, a in analysed.items():
-        pipe = a.summary["pipeline"]
+        pipe = a.summary.pipeline
         for key in (
             "schedule",
             "stages",
@@ -262,8 +262,8 @@ def test_pipeline_section_keys_and_frames(analysed):
             "per_stage",
         ):
             assert key in pipe
-        assert pipe["schedule"] == name
-        for row in pipe["per_stage"]:
+        assert pipe.schedule == name
+        for row in pipe.per_stage:
             for key in (
                 "stage",
                 "fill_s",
@@ -276,14 +276,14 @@ def test_pipeline_section_keys_and_frames(analysed):
                 "recv_transfer_s",
             ):
                 assert key in row
-            assert row["fill_s"] + row["steady_s"] + row["drain_s"] + row[
-                "busy_s"
-            ] == pytest.approx(row["window_s"], rel=1e-6)
-            assert row["recv_wait_s"] + row["recv_transfer_s"] + row[
-                "recv_unmatched_s"
-            ] == pytest.approx(row["recv_s"], rel=1e-6, abs=1e-9)
+            assert row.fill_s + row.steady_s + row.drain_s + row.busy_s == pytest.approx(
+                row.window_s, rel=1e-6
+            )
+            assert row.recv_wait_s + row.recv_transfer_s + row.recv_unmatched_s == pytest.approx(
+                row.recv_s, rel=1e-6, abs=1e-9
+            )
             # PipeDream's stream crosses into the trace: a few receives' sends came before it
-            assert row["recv_unmatched_s"] == 0 or name == "pipedream"
+            assert row.recv_unmatched_s == 0 or name == "pipedream"
         assert list(a.frames["pipeline_ops"].columns) == [
             "rank",
             "stage",
@@ -319,20 +319,18 @@ def test_measured_bubble_against_theory_and_replay(analysed):
     p=4, m=8 (`tracekit run pp-gpipe --nproc 4 --microbatches 8`, 3 steps; 1F1B alike), 0.01 with
     two ranks (1F1B p=2, m=4). The bounds leave room for a busier machine and 2 profiled steps."""
     for name, bound in (("gpipe", 0.12), ("1f1b", 0.06)):
-        pipe = analysed[name].summary["pipeline"]
-        p, m = pipe["stages"], pipe["microbatches"]
-        assert pipe["bubble_fraction_theory"] == pytest.approx(
-            theory.pipeline_bubble_fraction(p, m)
-        )
-        assert pipe["bubble_fraction_theory_megatron"] == pytest.approx((p - 1) / m)
+        pipe = analysed[name].summary.pipeline
+        p, m = pipe.stages, pipe.microbatches
+        assert pipe.bubble_fraction_theory == pytest.approx(theory.pipeline_bubble_fraction(p, m))
+        assert pipe.bubble_fraction_theory_megatron == pytest.approx((p - 1) / m)
         # non-uniform stages can put the replay on either side of the uniform theory (1F1B starts
         # a slow last stage's backwards early: see test_pipeline_analysis's hand simulations)
-        assert 0 < pipe["bubble_fraction_replay"] < 1
-        assert pipe["bubble_fraction"] >= pipe["bubble_fraction_replay"] - 0.02
-        assert pipe["bubble_fraction"] - pipe["bubble_fraction_replay"] <= bound, (
+        assert 0 < pipe.bubble_fraction_replay < 1
+        assert pipe.bubble_fraction >= pipe.bubble_fraction_replay - 0.02
+        assert pipe.bubble_fraction - pipe.bubble_fraction_replay <= bound, (
             name,
-            pipe["bubble_fraction"],
-            pipe["bubble_fraction_replay"],
+            pipe.bubble_fraction,
+            pipe.bubble_fraction_replay,
         )
         ops = analysed[name].frames["pipeline_ops"]
         assert ops.height == 2 * p * m * STEPS
@@ -344,22 +342,21 @@ def test_inflight_versions_from_labels(analysed):
         ("1f1b", 2, lambda r: 2 - r),
         ("pipedream", 4, lambda r: 4 - r),
     ):
-        rows = analysed[name].summary["pipeline"]["per_stage"]
-        assert [r["max_inflight_microbatches"] for r in rows] == [want(r) for r in range(p)]
-        assert all(r["activation_peak_bytes"] > 0 for r in rows)
-    rows = analysed["pipedream"].summary["pipeline"]["per_stage"]
-    assert [r["weight_versions"] for r in rows] == [4, 3, 2, 1]
-    assert [r["staleness_max"] for r in rows] == [3, 2, 1, 0]
-    assert all(
-        r["weight_versions"] is None for r in analysed["gpipe"].summary["pipeline"]["per_stage"]
-    )
+        rows = analysed[name].summary.pipeline.per_stage
+        assert [r.max_inflight_microbatches for r in rows] == [want(r) for r in range(p)]
+        assert all(r.activation_peak_bytes > 0 for r in rows)
+    rows = analysed["pipedream"].summary.pipeline.per_stage
+    assert [r.weight_versions for r in rows] == [4, 3, 2, 1]
+    assert [r.staleness_max for r in rows] == [3, 2, 1, 0]
+    assert all(r.weight_versions is None for r in analysed["gpipe"].summary.pipeline.per_stage)
 
 
 def test_pipedream_idles_less_than_gpipe_over_the_span(analysed):
-    pd, gp = (analysed[k].summary["pipeline"] for k in ("pipedream", "gpipe"))
-    assert (pd["stages"], pd["microbatches"]) == (gp["stages"], gp["microbatches"])
-    assert pd["bubble_fraction_theory"] is None
-    assert pd["bubble_fraction_span"] < gp["bubble_fraction_span"]
+    pd, gp = (analysed[k].summary.pipeline for k in ("pipedream", "gpipe"))
+    assert pd is not None and gp is not None
+    assert (pd.stages, pd.microbatches) == (gp.stages, gp.microbatches)
+    assert pd.bubble_fraction_theory is None
+    assert pd.bubble_fraction_span < gp.bubble_fraction_span
 
 
 def test_analyze_cli_prints_the_pipeline_table(gpipe, tmp_path):

@@ -15,6 +15,7 @@ from conftest import SAMPLES, run_cli
 from tracekit import prediction as P
 from tracekit.analyses import network_replay as model
 from tracekit.analyses.network_program import Call, Item, Program, common_origin
+from tracekit.analysis import analyze
 from tracekit.errors import TracekitError
 
 HSDP = SAMPLES / "hsdp"
@@ -22,7 +23,7 @@ HSDP = SAMPLES / "hsdp"
 
 @pytest.fixture(scope="module")
 def hsdp_model():
-    return P.load(HSDP)
+    return P.build(analyze(HSDP))
 
 
 # ---------------------------------------------------------------- rates

@@ -218,9 +218,7 @@ def test_decorator_and_callback_forms(torchrun_job: dict[str, Path]) -> None:
     data = runfolder.load_run_json(deco)
     assert data["status"] == "ok" and data["config"]["active"] == 2 and data["steps_taken"] == 3
     result = analyze(deco)
-    assert result.summary["window"]["steps"] == 2 and [
-        r["rank"] for r in result.summary["ranks"]
-    ] == [0, 1]
+    assert result.summary.window.steps == 2 and [r.rank for r in result.summary.ranks] == [0, 1]
     # the callback ran two cycles (wait 1 + active 2, twice): the latest is the trace, the first kept aside
     cb = torchrun_job["cb"]
     data = runfolder.load_run_json(cb)
@@ -232,7 +230,7 @@ def test_decorator_and_callback_forms(torchrun_job: dict[str, Path]) -> None:
         assert older.is_file() and runfolder.trace_path(cb, r).is_file()
         steps = {_step_names(p) for p in (older, runfolder.trace_path(cb, r))}
         assert steps == {("ProfilerStep#1", "ProfilerStep#2"), ("ProfilerStep#4", "ProfilerStep#5")}
-    assert analyze(cb).summary["window"]["steps"] == 2
+    assert analyze(cb).summary.window.steps == 2
 
 
 # --- srun ----------------------------------------------------------------------------------------
@@ -293,7 +291,7 @@ def test_one_rank_without_distributed(tmp_path: Path, monkeypatch: pytest.Monkey
     assert any("not initialised" in w for w in data["warnings"])
     assert (runfolder.nccl_dir(prof.run_dir) / expanded.name).read_text() == expanded.read_text()
     result = analyze(prof.run_dir)
-    assert result.summary["window"]["steps"] == 2 and result.summary["ranks"][0]["rank"] == 0
+    assert result.summary.window.steps == 2 and result.summary.ranks[0].rank == 0
 
 
 def test_an_exception_in_the_block_is_recorded(tmp_path: Path) -> None:
@@ -307,7 +305,7 @@ def test_an_exception_in_the_block_is_recorded(tmp_path: Path) -> None:
         {"rank": 0, "kind": "exception", "message": "ZeroDivisionError: division by zero"}
     ]
     assert runfolder.trace_path(prof.run_dir, 0).is_file()  # what was recorded is kept
-    assert analyze(prof.run_dir).summary["window"]["steps"] >= 1
+    assert analyze(prof.run_dir).summary.window.steps >= 1
 
 
 def test_short_loop_and_bad_schedule(tmp_path: Path) -> None:

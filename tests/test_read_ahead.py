@@ -4,13 +4,16 @@ and gunzip by libdeflate: the same bytes and the same events as a plain read, or
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
 import pytest
 from builders.traces import NCCL_DATA
-from conftest import run_cli
+from conftest import ROOT
 
 from tracekit import analyze
 from tracekit.ingest import kineto_files, read_ahead, read_trace
@@ -54,13 +57,50 @@ def test_stopped_read_ahead_leaves_the_rest_to_the_parse(ranks: list[Path]) -> N
         assert kineto_files.read_bytes(f) == gzip.decompress(NCCL_DATA.read_bytes())
 
 
+#: `tracekit analyze` as the console script runs it, with the read-ahead's hand-outs counted:
+#: a file whose bytes the parse took from the read-ahead (kineto_files.read_bytes)
+OBSERVED_CLI = """
+import sys
+from tracekit.ingest import read_ahead
+
+taken, take = [], read_ahead.take
+
+def counted(path):
+    data = take(path)
+    if data is not None:
+        taken.append(path)
+    return data
+
+read_ahead.take = counted
+from tracekit.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print(f"read ahead: {len(taken)}", file=sys.stderr)
+"""
+
+
 def test_cli_reads_ahead_and_writes_the_summary_analyze_gives(tmp_path: Path) -> None:
+    """The CLI reads the traces ahead while it imports (the parse takes their bytes from the
+    read-ahead) and writes the summary analyze() gives without one."""
     folder = tmp_path / "job"
     folder.mkdir()
     shutil.copyfile(NCCL_DATA, folder / "rank0.json.gz")
-    run_cli("analyze", str(folder), "--out", str(tmp_path / "out"), "--no-cache")
-    want = encode(analyze(folder, cache=False).typed_summary)
-    assert (tmp_path / "out" / "summary.json").read_text() == want
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [sys.executable, "-c", OBSERVED_CLI, "analyze", str(folder), "--out", str(out)]
+        + ["--no-cache"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert r.returncode == 0, r.stderr
+    (taken,) = [int(line.split(": ")[1]) for line in r.stderr.splitlines() if "read ahead" in line]
+    assert taken >= 1, r.stderr
+    want = encode(analyze(folder, cache=False).summary)
+    assert (out / "summary.json").read_text() == want
 
 
 @pytest.mark.skipif(kineto_files._libdeflate() is None, reason="no libdeflate on this machine")

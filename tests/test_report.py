@@ -133,7 +133,7 @@ def test_comparison_of_two_paths(tmp_path):
         text.count("Plotly.newPlot(") == 3 + 2 * 4
     )  # step, breakdown, bytes (no memory) + 4 per run
     both = [analyze(TF), analyze(other)]
-    md = write_report([TF, other], tmp_path / "cmp.md", "md", analyses=both)
+    md = write_report(both, tmp_path / "cmp.md", "md")
     lines = md.read_text().splitlines()
     assert "## comparison" in lines
     assert (
@@ -163,7 +163,7 @@ def test_trace_strings_are_escaped(tmp_path):
     text = out.read_text()
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
     assert "<img src=x" not in text and "<img" not in text
-    md = write_report([xss], tmp_path / "x.md", "md").read_text()
+    md = write_report([analyze(xss)], tmp_path / "x.md").read_text()
     assert "&lt;img src=x onerror=alert(1)&gt;" in md and "<img" not in md
 
 
@@ -192,34 +192,32 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
 
 def test_a_failing_writer_leaves_nothing(tmp_path, monkeypatch):
     broken = synthetic_analysis()
-    broken.summary["ranks"] = [{"rank": 0, "span_s": "not a number"}]  # fails half-way through
+    broken.summary.ranks = [{"rank": 0, "span_s": "not a number"}]  # fails half-way through
     with pytest.raises(Exception):  # noqa: B017 - any failure; the point is what is left
-        write_report([], tmp_path / "r.html", "html", analyses=[synthetic_analysis(), broken])
+        write_report([synthetic_analysis(), broken], tmp_path / "r.html", "html")
     assert _only(tmp_path) == []
     monkeypatch.setenv("TRACEKIT_CHROMIUM", str(tmp_path / "no-such-browser"))
     with pytest.raises(TracekitError, match="TRACEKIT_CHROMIUM"):
-        write_report([], tmp_path / "r.pdf", "pdf", analyses=[synthetic_analysis()])
+        write_report([synthetic_analysis()], tmp_path / "r.pdf", "pdf")
     assert _only(tmp_path) == []
 
 
 def test_every_section_of_a_synthetic_run(tmp_path):
     a = synthetic_analysis()
-    html = write_report([], tmp_path / "s.html", "html", analyses=[a], names=["gpipe"]).read_text()
+    html = write_report([a], tmp_path / "s.html", "html", names=["gpipe"]).read_text()
     assert "this run has no" not in html
     assert html.count("Plotly.newPlot(") == 10  # every figure of figures_for
     assert "theory (p-1)/(m+p-1) 42.9%" in html
-    md = write_report([], tmp_path / "s.md", "md", analyses=[a], names=["gpipe"]).read_text()
+    md = write_report([a], tmp_path / "s.md", "md", names=["gpipe"]).read_text()
     assert "| layers.3 | bwd | reduce_scatter |" in md and "16Psi (DP, fp32)" in md
-    trace = json.loads(write_report([], tmp_path / "s.json", "perfetto", analyses=[a]).read_text())
+    trace = json.loads(write_report([a], tmp_path / "s.json", "perfetto").read_text())
     bubbles = [
         e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"].startswith("bubble (")
     ]
     assert {e["name"] for e in bubbles} == {"bubble (fill)", "bubble (steady)", "bubble (drain)"}
     assert len(bubbles) == F.frame(a, "bubbles").height
     both = json.loads(
-        write_report(
-            [], tmp_path / "b.json", "perfetto", analyses=[a, a], names=["x", "y"]
-        ).read_text()
+        write_report([a, a], tmp_path / "b.json", "perfetto", names=["x", "y"]).read_text()
     )
     procs = sorted(
         e["pid"] for e in both["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"

@@ -73,25 +73,23 @@ def test_peek_of_plain_json_and_of_damaged_files(tmp_path):
 def test_ranks_select_by_distributed_info_without_parsing_the_others(job, monkeypatch):
     parsed = spy_parses(monkeypatch)
     result = analyze(job, ranks=[1, 4], cache=False)
-    assert [r["rank"] for r in result.summary["ranks"]] == [1, 4]
+    assert [r.rank for r in result.summary.ranks] == [1, 4]
     assert sorted(p.name for p in parsed) == ["host_b.json.gz", "host_e.json.gz"]
     assert set(result.events["rank"].unique()) == {1, 4}
-    assert result.summary["sampling"] is None
+    assert result.summary.sampling is None
 
 
 def test_sample_spreads_over_the_job_and_says_so(job, monkeypatch):
     parsed = spy_parses(monkeypatch)
     result = analyze(job, sample=3, cache=False)
-    assert [r["rank"] for r in result.summary["ranks"]] == [0, 3, 5]  # first, middle, last
+    assert [r.rank for r in result.summary.ranks] == [0, 3, 5]  # first, middle, last
     assert len(parsed) == 3
-    sampling = result.summary["sampling"]
-    assert sampling["ranks"] == [0, 3, 5] and sampling["ranks_present"] == WORLD
-    (note,) = [w for w in result.summary["warnings"] if w.startswith("sampled overview")]
+    sampling = result.summary.sampling
+    assert sampling.ranks == [0, 3, 5] and sampling.ranks_present == WORLD
+    (note,) = [w for w in result.summary.warnings if w.startswith("sampled overview")]
     assert "3 of 6 ranks" in note and "0, 3, 5" in note
     # no "ranks ... have no trace" complaint about the ranks left out on purpose
-    assert not [
-        w for w in result.summary["warnings"] if "have no trace" in w or "has no trace" in w
-    ]
+    assert not [w for w in result.summary.warnings if "have no trace" in w or "has no trace" in w]
 
 
 def test_sample_and_ranks_together_and_cli(job, tmp_path):
@@ -132,5 +130,5 @@ def test_files_that_say_their_rank_only_inside_are_read_then_filtered(tmp_path, 
     assert peek_rank(tmp_path / "job_0.json.gz") is None  # 64 KB of events first
     parsed = spy_parses(monkeypatch)
     result = analyze(tmp_path, ranks=[1], cache=False)
-    assert [r["rank"] for r in result.summary["ranks"]] == [1]
+    assert [r.rank for r in result.summary.ranks] == [1]
     assert len(parsed) == 2

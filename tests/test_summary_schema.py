@@ -42,7 +42,7 @@ def written(summary: dict[str, Any]) -> str:
 
 @functools.cache
 def summary_of(path: Path, **kw: Any) -> dict[str, Any]:
-    return analyze(path, **kw).summary
+    return analyze(path, **kw).summary_dict()
 
 
 def assert_round_trip(summary: dict[str, Any]) -> Summary:
@@ -81,7 +81,7 @@ def test_nccl_logs_with_tuning_lines_encode_alike(tmp_path):
     shutil.copytree(SAMPLES / "dp", run, ignore=shutil.ignore_patterns("analysis"))
     (run / "nccl").mkdir(exist_ok=True)
     shutil.copy(NCCL_TUNING_LOG, run / "nccl")
-    struct = assert_round_trip(analyze(run).summary)
+    struct = assert_round_trip(analyze(run).summary_dict())
     assert struct.nccl is not None and struct.nccl.logs is not None
     assert [(a.algo, a.proto, a.lines) for a in struct.nccl.logs.algorithms] == [
         ("TREE", "LL", 3),

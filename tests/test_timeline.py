@@ -236,9 +236,9 @@ def test_two_ranks_together_every_number():
 def test_hand_built_kineto_job_every_number(hand_built: list[Path]):
     """Ingest, timeline and breakdown together, from the JSON files."""
     result = analyze(hand_built[0].parent, cache=False)
-    ranks = result.summary["ranks"]
+    ranks = result.summary.ranks
     assert differences(ranks, {r["rank"]: r for r in known_ranks()}) == []
-    assert [(r["window_start_ns"], r["window_end_ns"]) for r in ranks] == [(0, 200), (100, 1600)]
+    assert [(r.window_start_ns, r.window_end_ns) for r in ranks] == [(0, 200), (100, 1600)]
 
 
 def test_reference_gets_the_hand_built_numbers(hand_built: list[Path]):

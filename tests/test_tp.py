@@ -194,8 +194,8 @@ def test_tp_run_json_and_memory(tp_run: Path, tp_analysis: Analysis) -> None:
         assert 8 * psi_local <= mem["optimizer_bytes"] <= 8 * psi_local + 8 * n_tensors
         # at least every layer's MLP input is saved for backward: L x b s h fp32
         assert mem["activation_peak_bytes"] >= L * BATCH * SEQ * HIDDEN * 4
-    per_rank = tp_analysis.summary["memory"]["per_rank"]
-    assert [r["activation_peak_bytes"] > 0 for r in per_rank] == [True, True]
+    per_rank = tp_analysis.summary.memory.per_rank
+    assert [r.activation_peak_bytes > 0 for r in per_rank] == [True, True]
 
 
 # --- tp-dp on 4 ranks, 2 nodes -----------------------------------------------------------------

@@ -37,7 +37,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         assert runfolder.load_run_json(run)["status"] == "ok", runfolder.load_run_json(run)[
             "errors"
         ]
-        summaries[strategy] = analyze(run).summary
+        summaries[strategy] = analyze(run).summary_dict()  # summary.json as written
     return summaries
 
 
@@ -88,41 +88,41 @@ def test_topology_from_nccl_logs_when_run_json_lacks_it(tmp_path: Path) -> None:
     ranks 0 and 1 are placed by localRanks: node 0."""
     run = _nccl_run(tmp_path, ["nccl_issue1412_ib_2nodes_16ranks.log"], topology=False)
     a = analyze(run)
-    assert a.summary["topology"]["source"] == "nccl_log"
-    assert a.summary["topology"]["nodes"] == {"0": 0, "1": 0}
-    logs = a.summary["nccl"]["logs"]
-    assert {r: v["host"] for r, v in logs["layout"].items() if v["source"] == "init"} == {
+    assert a.summary.topology.source == "nccl_log"
+    assert a.summary.topology.nodes == {"0": 0, "1": 0}
+    logs = a.summary.nccl.logs
+    assert {r: v.host for r, v in logs.layout.items() if v.source == "init"} == {
         "3": "swat1-04",
         "5": "swat1-04",
         "6": "swat1-04",
         "7": "swat1-04",
     }
     # the other 12 ranks from localRanks 8, on the two nodes the log's nNodes names
-    assert len(logs["layout"]) == 16 and logs["nodes"] == 2
-    assert any("NCCL logs cover 4 of 16 ranks" in w for w in logs["warnings"])
-    assert logs["ring_order"] == [0, 5, 4, 7, 6, 3, 2, 1, 8, 13, 12, 15, 14, 11, 10, 9]
+    assert len(logs.layout) == 16 and logs.nodes == 2
+    assert any("NCCL logs cover 4 of 16 ranks" in w for w in logs.warnings)
+    assert logs.ring_order == [0, 5, 4, 7, 6, 3, 2, 1, 8, 13, 12, 15, 14, 11, 10, 9]
     # with hosts only (2.10-era "Init COMPLETE" lines, no localRanks) the logged ranks are all
     # there is: the traced ranks 0, 1 are not in this excerpt, so the trace's host_name decides
     b = analyze(
         _nccl_run(tmp_path / "b", ["nccl_issue629_init_complete_2hosts.log"], topology=False)
     )
-    assert b.summary["topology"]["source"] == "host_name"
+    assert b.summary.topology.source == "host_name"
     # run.json, when it has a topology, wins over the logs
     c = analyze(_nccl_run(tmp_path / "c", ["nccl_issue1412_ib_2nodes_16ranks.log"]))
-    assert c.summary["topology"]["source"] == "run.json"
+    assert c.summary.topology.source == "run.json"
 
 
 def test_nccl_algorithms_chosen_and_run(tmp_path: Path) -> None:
     run = _nccl_run(tmp_path, ["nccl_issue1453_tuning_truncated_channels.log"], trace=NCCL_TRACE)
     a = analyze(run)
-    nccl = a.summary["nccl"]
+    nccl = a.summary.nccl
     tuning = read_nccl_logs(NCCL_LOGS / "nccl_issue1453_tuning_truncated_channels.log").tuning
-    assert {(r["algo"], r["proto"]) for r in nccl["logs"]["algorithms"]} == set(
+    assert {(r.algo, r.proto) for r in nccl.logs.algorithms} == set(
         zip(tuning["algo"].to_list(), tuning["proto"].to_list())
     )
-    assert nccl["kernel_algorithms"]["all_reduce"]["RING_LL"] > 0  # what the kernels ran
-    tr = a.summary["traffic"]
-    assert tr["backend"] == "nccl" and "ring" in tr["model"]["all_reduce"]
+    assert nccl.kernel_algorithms["all_reduce"]["RING_LL"] > 0  # what the kernels ran
+    tr = a.summary.traffic
+    assert tr.backend == "nccl" and "ring" in tr.model["all_reduce"]
 
 
 def test_ring_order_from_the_log_shapes_the_links() -> None:

@@ -157,16 +157,16 @@ def test_unknown_sizes_are_null_not_zero(tmp_path):
     if not trace.exists():
         pytest.skip("HTA df_index_resolver trace not in tests/data/corpus/hta yet")
     a = analyze(trace)
-    co = a.summary["collectives"]
-    assert co["per_op"] and all(r["unknown_size"] == r["count"] for r in co["per_op"])
-    for r in co["per_op"]:
+    co = a.summary.collectives
+    assert co.per_op and all(r.unknown_size == r.count for r in co.per_op)
+    for r in co.per_op:
         for k in ("bytes", "rank_bytes", "call_bytes", "wire_bytes", "algbw_gbps", "busbw_gbps"):
             assert r[k] is None, k
-    assert co["bytes"] is None and co["ideal_bytes_per_rank"] is None
-    vol = a.summary.get("volume")
+    assert co.bytes is None and co.ideal_bytes_per_rank is None
+    vol = a.summary.volume
     if vol:
-        assert vol["ideal_bytes_per_rank_per_step"] is None
-    _, _, rows = collectives_table(a.typed_summary)
+        assert vol.ideal_bytes_per_rank_per_step is None
+    _, _, rows = collectives_table(a.summary)
     assert rows[0][2] == "–" and rows[0][-1] == "–" and rows[0][-2] == "–"
 
 
@@ -197,7 +197,9 @@ def test_unknown_sizes_are_null_on_a_hand_built_table():
         assert row[k] is None, k
     assert co["bytes"] is None and co["call_bytes"] is None and co["ideal_bytes_per_rank"] is None
     vol = volume_summary(table, 2)
-    assert vol["ideal_bytes_per_rank_per_step"] is None and vol["wire_to_ideal"] is None
+    assert (
+        vol is not None and vol.ideal_bytes_per_rank_per_step is None and vol.wire_to_ideal is None
+    )
     _, _, rows = collectives_table(to_struct(complete({"collectives": co})))
     assert rows[0][2:4] == ["–", "–"] and rows[0][-2:] == ["–", "–"]
     # one known size among unknown ones: the known sum, and the count of unknown ones

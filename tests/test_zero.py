@@ -26,6 +26,7 @@ from tracekit.analysis import Analysis, analyze
 from tracekit.capture.launch import RunOptions, run_job, validate
 from tracekit.errors import TracekitError
 from tracekit.strategies.registry import STRATEGIES
+from tracekit.summary import Summary
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def analyses(runs: dict[str, Path]) -> dict[str, Analysis]:
 
 
 @pytest.fixture(scope="module")
-def dp_sample() -> dict:
+def dp_sample() -> Summary:
     return analyze(SAMPLES / "dp").summary
 
 
@@ -188,24 +189,25 @@ def test_bf16_memory_is_the_k12_formula(bf16_runs: dict[str, Path], strategy: st
 
 
 def test_memory_ratios_to_dp_match_the_formulas(
-    analyses: dict[str, Analysis], dp_sample: dict
+    analyses: dict[str, Analysis], dp_sample: Summary
 ) -> None:
     """model_states_bytes of each stage over DP's (the committed 2-rank dp sample, same model)."""
-    dp = dp_sample["memory"]["per_rank"][0]["model_states_bytes"]
+    assert dp_sample.memory is not None
+    dp = dp_sample.memory.per_rank[0].model_states_bytes
     for strategy, result in analyses.items():
-        mem = result.summary["memory"]
+        mem = result.summary.memory
         assert (
-            mem["theory"]["formula"]
+            mem.theory.formula
             == {"zero1": "8Psi+8Psi/N", "zero2": "4Psi+12Psi/N", "zero3": "16Psi/N"}[strategy]
         )
         formula_ratio = (
-            mem["theory"]["model_states_bytes"]
+            mem.theory.model_states_bytes
             / theory.model_states_bytes("dp", "fp32", PSI, N)["model_states_bytes"]
         )
-        for row in mem["per_rank"]:
-            assert row["model_states_bytes"] / dp == pytest.approx(formula_ratio, rel=0.05)
-            assert row["ratio_to_theory"] == pytest.approx(1.0, rel=1e-3)
-            assert row["peak_bytes"] > 0 and row["activation_peak_bytes"] > 0
+        for row in mem.per_rank:
+            assert row.model_states_bytes / dp == pytest.approx(formula_ratio, rel=0.05)
+            assert row.ratio_to_theory == pytest.approx(1.0, rel=1e-3)
+            assert row.peak_bytes > 0 and row.activation_peak_bytes > 0
 
 
 def test_activations_exclude_gathered_parameters(runs: dict[str, Path]) -> None:
@@ -219,21 +221,21 @@ def test_activations_exclude_gathered_parameters(runs: dict[str, Path]) -> None:
 
 
 def test_ideal_volume_per_rank_relative_to_dp(
-    analyses: dict[str, Analysis], dp_sample: dict
+    analyses: dict[str, Analysis], dp_sample: Summary
 ) -> None:
-    dp = dp_sample["collectives"]["ideal_bytes_per_rank_per_step"]
+    dp = dp_sample.collectives.ideal_bytes_per_rank_per_step
     assert dp == pytest.approx(2 * 4 * PSI * (N - 1) / N, rel=1e-6)
     want = {"zero1": 1.0, "zero2": 1.0, "zero3": 1.5}
     for strategy, result in analyses.items():
         summary = result.summary
-        ideal = summary["collectives"]["ideal_bytes_per_rank_per_step"]
+        ideal = summary.collectives.ideal_bytes_per_rank_per_step
         assert ideal / dp == pytest.approx(want[strategy], rel=0.05), strategy
-        volume = summary["volume"]
-        assert volume["ideal_bytes_per_rank_per_step"] == pytest.approx(ideal, rel=1e-9)
+        volume = summary.volume
+        assert volume.ideal_bytes_per_rank_per_step == pytest.approx(ideal, rel=1e-9)
         # gloo sends each reduce-scatter as a full all-reduce: twice the ideal for that half
-        rs = sum(o["ideal_bytes_per_step"] for o in volume["per_op"] if o["op"] == "reduce_scatter")
-        assert volume["wire_bytes_per_rank_per_step"] == pytest.approx(ideal + rs, rel=1e-9)
-        assert {(o["op"], o["wire_op"]) for o in volume["per_op"]} == {
+        rs = sum(o.ideal_bytes_per_step for o in volume.per_op if o.op == "reduce_scatter")
+        assert volume.wire_bytes_per_rank_per_step == pytest.approx(ideal + rs, rel=1e-9)
+        assert {(o.op, o.wire_op) for o in volume.per_op} == {
             ("all_gather", "all_gather"),
             ("reduce_scatter", "all_reduce"),
         }
@@ -335,24 +337,23 @@ def test_prefetch_launches_next_gather_before_this_unit_computes(
 
 
 def test_prefetch_hides_more_all_gather_time(analyses: dict[str, Analysis], zero3_p0: Path) -> None:
-    p1, p0 = analyses["zero3"].summary["overlap"], analyze(zero3_p0).summary["overlap"]
+    p1, p0 = analyses["zero3"].summary.overlap, analyze(zero3_p0).summary.overlap
+    assert p1 is not None and p0 is not None
     for ov in (p1, p0):
-        assert ov["allgather_count"] == N * 2 * UNITS * ov["steps"]
-        assert ov["allgather_s"] == pytest.approx(
-            ov["allgather_hidden_s"] + ov["allgather_exposed_s"]
-        )
+        assert ov.allgather_count == N * 2 * UNITS * ov.steps
+        assert ov.allgather_s == pytest.approx(ov.allgather_hidden_s + ov.allgather_exposed_s)
     fwd = {
-        k: [r for r in ov["per_layer"] if r["phase"] == "fwd" and r["op"] == "all_gather"]
+        k: [r for r in ov.per_layer if r.phase == "fwd" and r.op == "all_gather"]
         for k, ov in (("p1", p1), ("p0", p0))
     }
     hidden = {
-        k: sum(r["hidden_s"] for r in rows) / sum(r["duration_s"] for r in rows)
+        k: sum(r.hidden_s for r in rows) / sum(r.duration_s for r in rows)
         for k, rows in fwd.items()
     }
     # without prefetch a forward gather runs while the thread waits for it: nothing to hide under
     assert hidden["p0"] < 0.05, hidden
     assert hidden["p1"] > hidden["p0"], hidden
-    assert p1["allgather_hidden_fraction"] > p0["allgather_hidden_fraction"]
+    assert p1.allgather_hidden_fraction > p0.allgather_hidden_fraction
 
 
 def test_prefetch_is_a_zero3_option() -> None:

@@ -37,7 +37,7 @@ __all__ = [
 _LAZY = {
     "Analysis": "tracekit.analysis",
     "analyze": "tracekit.analysis",
-    "predict": "tracekit.prediction",
+    "predict": "tracekit.analysis",
     **{
         name: "tracekit.capture.profiler"
         for name in ("profile", "profiled", "StepProfiler", "Profiler", "ProfileWarning")

@@ -13,14 +13,25 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tracekit import outputs, runfolder
 from tracekit.errors import TracekitError
-from tracekit.summary import encode
+from tracekit.summary import Summary, encode
 
-if TYPE_CHECKING:
-    from tracekit.analysis import Analysis
+if TYPE_CHECKING:  # `tracekit analyze` imports this module before polars: it starts reading first
+    import polars as pl
+
+
+class Written(Protocol):
+    """What is written of an analysis (tracekit.analysis.Analysis)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def summary(self) -> Summary: ...
+    def tables(self) -> dict[str, pl.DataFrame]: ...
+    def rank_tables(self) -> dict[str, dict[int, pl.LazyFrame]]: ...
 
 
 def default_out_dir(path: Path) -> Path:
@@ -126,7 +137,7 @@ def _write_failed(out: Path, exc: BaseException) -> TracekitError:
     return _refuse(out, f"cannot write the analysis here ({outputs.reason(exc)})")
 
 
-def write_analysis(result: Analysis, out: Path) -> Path:
+def write_analysis(result: Written, out: Path) -> Path:
     """summary.json + <table>.parquet (+ the MARKER) into OUT, all or nothing; OUT is replaced
     only when it is empty or an earlier analysis (check_out)."""
     out = Path(out)
@@ -141,7 +152,7 @@ def write_analysis(result: Analysis, out: Path) -> Path:
     except OSError as exc:
         raise _write_failed(out, exc) from None
     try:
-        (tmp / "summary.json").write_text(encode(result.typed_summary))
+        (tmp / "summary.json").write_text(encode(result.summary))
         files = ["summary.json"]
         # zstd level 1 without statistics: the events table is most of the writing time
         # (0.47 -> 0.38 CPU-s for 650k rows), for files 10 % larger

@@ -145,7 +145,7 @@ def align(
     """(events, sources, summary ``clock``, warnings): offsets estimated from ``table`` (the raw
     collectives of these events, tracekit.analyses.collectives.raw_collectives) and, when the
     traces come from several hosts (mode None) or when mode is True, applied (summary
-    ``applied``: the events' times moved, so their collectives must be matched again)."""
+    ``applied``: the events' times moved; the calls matched on them move with them)."""
     hosts = {int(i.rank): i.host_name for i in infos}
     if len(hosts) < 2:
         return events, sources, None, []
@@ -181,14 +181,17 @@ def align(
 Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
 
-def shifted(events: Frame, offsets: Mapping[int, int]) -> Frame:
-    """EVENTS with each rank's times moved back by its offset (ns; ranks not in OFFSETS stay):
-    the one shift :func:`align` applies, also to a rank's events read later on their own."""
+def shifted(
+    events: Frame, offsets: Mapping[int, int], columns: Sequence[str] = ("start_ns", "end_ns")
+) -> Frame:
+    """EVENTS with each rank's times (COLUMNS) moved back by its offset (ns; ranks not in
+    OFFSETS stay): the one shift :func:`align` applies, also to a rank's events read later on
+    their own and to the calls matched before it moved them (tracekit.analyses.prepare)."""
     moving = {r: off for r, off in offsets.items() if off}
     if not moving:
         return events
     shift = pl.col("rank").cast(pl.Int64).replace_strict(moving, default=0, return_dtype=pl.Int64)
-    return events.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
+    return events.with_columns(pl.col(c) - shift for c in columns)
 
 
 def applied_offsets(summary: dict[str, Any] | None) -> dict[int, int]:

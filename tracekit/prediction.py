@@ -1,8 +1,9 @@
 """``tracekit predict``: a run's step on another network, from its trace (docs/predict.md).
 
-``predict(path, inter_node_bandwidth=...)`` analyses the run (tracekit.analyze), replays its
-profiled steps over the given network (tracekit.analyses.network_replay) and returns the prediction
-as a dict; ``write_prediction`` puts it into ``RUN/analysis/prediction.json`` atomically.
+``predict_of(analysis, inter_node_bandwidth=...)`` replays a run's profiled steps (an Analysis:
+``tracekit.predict(path, ...)`` and ``Analysis.predict(...)`` analyse first) over the given
+network (tracekit.analyses.network_replay) and returns the prediction as a dict;
+``write_prediction`` puts it into ``RUN/analysis/prediction.json`` atomically.
 Rates are tc's (``400mbit``, ``1gbit``, ``10gbit``, ``mbps`` = 10^6 bytes/s) or plain bits/s;
 ``LO:HI`` sweeps log-spaced rates between them.
 """
@@ -108,7 +109,7 @@ def build(analysis: Any) -> Model:
     """The replay inputs from a tracekit.analyze result."""
     from tracekit import timeline
 
-    s = analysis.typed_summary
+    s = analysis.summary
     nodes = {int(k): v for k, v in s.topology.nodes.items()}
     calls = calls_table(analysis.collectives, nodes)
     if not calls:
@@ -308,26 +309,17 @@ def _json_default(x: Any) -> Any:
     return None if isinstance(x, float) and x != x else str(x)
 
 
-def load(path: str | Path, analysis: Any = None) -> Model:
-    """The replay model of a run (analysed here unless ``analysis`` is given)."""
-    if analysis is None:
-        from tracekit.analysis import analyze
-
-        analysis = analyze(path)
-    return build(analysis)
-
-
-def predict(
-    path: str | Path,
+def predict_of(
+    analysis: Any,
     inter_node_bandwidth: str | float | None = None,
     intra_node_bandwidth: str | float | None = None,
     latency_us: float = 0.0,
     out: str | Path | None = None,
-    analysis: Any = None,
     write: bool = True,
 ) -> dict[str, Any]:
-    """Predict the run's step at another inter-node bandwidth (docs/predict.md); writes
-    prediction.json into ``out`` (a folder; default RUN/analysis) unless ``write`` is False."""
+    """Predict the analysed run's step at another inter-node bandwidth (docs/predict.md);
+    writes prediction.json into ``out`` (a folder; default RUN/analysis) unless ``write`` is
+    False."""
     inter = None
     if inter_node_bandwidth is not None:
         inter = (
@@ -344,9 +336,9 @@ def predict(
         )
     if latency_us is None or latency_us < 0 or latency_us != latency_us:
         raise TracekitError(f"--latency {latency_us!r} must be a number of microseconds >= 0")
-    m = load(path, analysis)
+    m = build(analysis)
     pred = prediction(m, inter, intra, float(latency_us))
     if write:
-        target = Path(out) / "prediction.json" if out is not None else default_output(Path(path))
+        target = Path(out) / "prediction.json" if out is not None else default_output(m.path)
         write_prediction(pred, target)
     return pred

@@ -1,18 +1,18 @@
-"""The app's pages, one registry line each (``PAGES``, in the order of the navigation bar).
+"""The app's pages (``PAGES``, in the order of the navigation bar).
 
     /           the runs under ROOT, a sortable table (dashboards.index); for the chosen run:
                 per-rank table, time per rank, collectives and the top events
     /timeline   per-rank lanes (binned overview); zooming returns real bars for the window
-    /pipeline   the pipeline schedule (F/B/W, bubbles, replay, theory) and bubbles per stage
-    /overlap    all-gather / reduce-scatter hidden vs exposed per layer, and memory per rank
-    /traffic    intra- vs inter-node bytes, the rank x rank matrix, bandwidth, transfer vs wait
+    ...         the pages of sections, tracekit.analyses.manifest ``PAGES`` (dashboards.pages.
+                sections): /pipeline, /overlap (and memory), /traffic (and collectives, predict)
     /compare    several runs side by side (``?run=a&run=b``)
 
-A page is a module here with ``page(view) -> list`` (dashboards.pages.common: its figures from
-tracekit.figures.FIGURES through ``figure``/``fig_or_nodata``, its tables from tracekit.report)
-and, if it has callbacks of its own, ``callbacks(app, runs, summaries)``. Adding a page for a
-new analysis is that module and one ``Page(...)`` line below; dashboards.app routes to it, links
-it in the navigation bar and gives it the run dropdown.
+A page of sections needs no code of its own: its figures and tables are its sections' records.
+A page with a layout or callbacks of its own is a module here with ``page(view) -> list``
+(dashboards.pages.common: figures through ``figure``/``fig_or_nodata``, tables from
+tracekit.report) and, if it needs them, ``callbacks(app, runs, summaries)``, and a ``Page(...)``
+line below; dashboards.app routes to it, links it in the navigation bar and gives it the run
+dropdown.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from dash import Dash
 
 from dashboards.index import Summaries
-from dashboards.pages import compare, home, overlap, pipeline, timeline, traffic
+from dashboards.pages import compare, home, sections, timeline
 from dashboards.pages.common import View
 from dashboards.runs import Runs
+from tracekit.analyses import manifest
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,6 @@ class Page:
 PAGES = [
     Page("/", "runs", home.page, without_run=True, callbacks=home.callbacks),
     Page("/timeline", "timeline", timeline.page, callbacks=timeline.callbacks),
-    Page("/pipeline", "pipeline", pipeline.page),
-    Page("/overlap", "overlap & memory", overlap.page),
-    Page("/traffic", "traffic", traffic.page),
+    *(Page(p.path, p.label, sections.builder(p)) for p in manifest.PAGES),
     Page("/compare", "compare", compare.page, without_run=True, many=True),
 ]

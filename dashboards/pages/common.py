@@ -104,7 +104,7 @@ def fig_or_nodata(entry: Entry, name: str, graph_id: str) -> Any:
 
 def run_header(view: View) -> html.Div:
     """The run's name, its strategy, backend, precision, ranks and window, and its warnings."""
-    s = view.run.analysis.typed_summary
+    s = view.run.analysis.summary
     run, win = s.run, s.window
     bits = [f"{len(s.ranks)} ranks", f"window: {win.kind}, {win.steps} steps"]
     if run:

@@ -20,7 +20,7 @@ def page(view: View) -> list:
     kids: list[Any] = []
     for rel in view.chosen:
         try:
-            loaded.append((rel, view.runs.entry(rel).analysis.typed_summary))
+            loaded.append((rel, view.runs.entry(rel).analysis.summary))
         except Refused as exc:
             return [html.P(str(exc), className="refusal")]
         except TracekitError as exc:

@@ -30,9 +30,9 @@ def page(view: View) -> list:
     a = entry.analysis
     kids += [
         run_header(view),
-        table(R.rank_table(a.typed_summary), "rank-table"),
+        table(R.rank_table(a.summary), "rank-table"),
         fig_or_nodata(entry, "breakdown", "fig-breakdown"),
-        table(R.collectives_table(a.typed_summary)),
+        table(R.collectives_table(a.summary)),
         table(entry.memoized("top_events", lambda: R.top_events(a.event_totals)), "top-events"),
     ]
     return kids

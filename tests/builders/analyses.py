@@ -19,6 +19,7 @@ from tracekit.analysis import Analysis
 from tracekit.events import EVENT_SCHEMA
 from tracekit.figures.style import STATES
 from tracekit.ingest.spill import EventsRef
+from tracekit.summary import to_struct
 
 from .summary import complete
 from .traces import XSS
@@ -384,12 +385,11 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
     }
     return Analysis(
         path=Path(name),
-        summary=complete(summary),  # the keys no figure draws: null, 0 or empty
+        summary=to_struct(complete(summary)),  # the keys no figure draws: null, 0 or empty
         events_at=by_rank(event_frame(events)),
-        ranks=pl.DataFrame(ranks),
         timeline_at=by_rank(tl),
-        collectives=pl.DataFrame(),
         frames={
+            "ranks": pl.DataFrame(ranks),
             "pipeline_ops": ops_df,
             "bubbles": bubbles_df,
             "pipeline_replay": pl.DataFrame(replay),
@@ -473,11 +473,10 @@ def big_analysis(ranks: int = 64, n: int = 1_000_000) -> Analysis:
     }
     return Analysis(
         path=Path(f"synthetic-{ranks}x{n}"),
-        summary=complete(summary),
+        summary=to_struct(complete(summary)),
         events_at=by_rank(ev),
-        ranks=pl.DataFrame(summary["ranks"]),
         timeline_at=by_rank(tl),
-        collectives=pl.DataFrame(),
+        frames={"ranks": pl.DataFrame(summary["ranks"])},
     )
 
 

@@ -2,7 +2,7 @@
 
 Hand-built analyses (figures, report and app tests) give the numbers they draw; every other
 field of summary.json is filled in as null where the schema allows it, else 0, 0.0, "", False,
-[] or {} (a nested object: completed the same way), so ``Analysis.typed_summary`` accepts it.
+[] or {} (a nested object: completed the same way), so ``Analysis.summary`` accepts it.
 A key the schema does not have is an error, as in summary.json.
 """
 

@@ -15,9 +15,29 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.summary.ranks import Rank
+
+#: the frame ``ranks``: summary.json ``ranks[]`` as a table (tracekit.summary.ranks.Rank)
+RANKS_SCHEMA = {
+    "rank": pl.Int32,
+    "node": pl.Int32,
+    "span_s": pl.Float64,
+    "step_time_s": pl.Float64,
+    "compute_s": pl.Float64,
+    "comm_s": pl.Float64,
+    "overlap_s": pl.Float64,
+    "exposed_comm_s": pl.Float64,
+    "other_s": pl.Float64,
+    "idle_s": pl.Float64,
+    "window_kind": pl.Utf8,
+    "window_steps": pl.Int32,
+    "window_start_ns": pl.Int64,
+    "window_end_ns": pl.Int64,
+}
 
 NS = 1e-9
 
@@ -102,9 +122,9 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def ranks_section(inp: SectionInput) -> SectionResult:
+def ranks_section(inp: SectionInput) -> SectionResult[list[Rank]]:
     """summary.json ``ranks``: the breakdown's rows (a value that is not finite is null), and
     the frame ``ranks``."""
     table = inp.per_rank.breakdown  # rank_breakdown, computed per rank by the map
     rows = [{k: _finite(v) for k, v in row.items()} for row in table.to_dicts()]
-    return SectionResult(rows, {"ranks": table})
+    return SectionResult(msgspec.convert(rows, list[Rank], strict=True), {"ranks": table})

@@ -29,9 +29,47 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.summary.collectives import Collectives
+
+#: the frame ``collectives``: one row per collective call per rank in the window, matched
+#: across ranks (:func:`collectives_table`; tracekit.analyses.matching adds group to duration_s)
+COLLECTIVES_SCHEMA = {
+    "rank": pl.Int32,
+    "seq": pl.Int32,
+    "op": pl.Utf8,
+    "bytes": pl.Int64,
+    "wire_op": pl.Utf8,
+    "wire_bytes": pl.Int64,
+    "group_size": pl.Int32,
+    "peer": pl.Int32,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "thread": pl.Utf8,
+    "device": pl.Utf8,
+    "call_start_ns": pl.Int64,
+    "call_end_ns": pl.Int64,
+    "algorithm": pl.Utf8,
+    "protocol": pl.Utf8,
+    "group_ranks_text": pl.Utf8,
+    "group": pl.Utf8,
+    "group_desc": pl.Utf8,
+    "group_ranks": pl.List(pl.Int64),
+    "group_seq": pl.Int64,
+    "group_source": pl.Utf8,
+    "dim": pl.Utf8,
+    "src": pl.Int32,
+    "dst": pl.Int32,
+    "call_id": pl.Utf8,
+    "complete": pl.Boolean,
+    "transfer_ns": pl.Int64,
+    "wait_ns": pl.Int64,
+    "bus_factor": pl.Float64,
+    "duration_s": pl.Float64,
+}
 
 P2P = ("send", "recv")
 COLLECTIVE_COLUMNS = {
@@ -474,12 +512,12 @@ def collectives_summary(table: pl.DataFrame) -> dict:
     }
 
 
-def collectives_section(inp: SectionInput) -> SectionResult:
+def collectives_section(inp: SectionInput) -> SectionResult[Collectives]:
     """summary.json ``collectives``: :func:`collectives_summary` of the window's calls, with the
-    busiest rank's ideal bytes per complete step."""
+    busiest rank's ideal bytes per complete step; the frame ``collectives`` (the calls)."""
     summary = collectives_summary(inp.collectives)
     ideal, steps = summary["ideal_bytes_per_rank"], inp.steps
-    summary["ideal_bytes_per_rank_per_step"] = (
-        ideal / steps if steps and ideal is not None else None
-    )
-    return SectionResult(summary)
+    per_step = ideal / steps if steps and ideal is not None else None
+    value = {**summary, "ideal_bytes_per_rank_per_step": per_step}
+    frames = {"collectives": inp.collectives}
+    return SectionResult(msgspec.convert(value, Collectives, strict=True), frames)

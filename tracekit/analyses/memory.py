@@ -30,10 +30,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from tracekit import theory
 from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.strategies import registry
+from tracekit.summary.memory import Memory, MemoryRank, MemoryTheory
 
 STATE_KEYS = (
     "params_bytes",
@@ -107,7 +110,7 @@ def memory_rows(
     return rows
 
 
-def memory(inp: SectionInput) -> SectionResult:
+def memory(inp: SectionInput) -> SectionResult[Memory]:
     """The ``memory`` section (see the module docstring)."""
     peaks = {i.rank: dict(i.memory_peak_bytes or {}) for i in inp.infos}
     rows = memory_rows(inp.job.memory, inp.run, peaks)
@@ -120,17 +123,17 @@ def memory(inp: SectionInput) -> SectionResult:
         warnings.append(
             "memory: the run wrote no memory/rank<R>.json; only the profiler's peaks are shown"
         )
-    value = {
-        "per_rank": rows,
-        "theory": None
+    value = Memory(
+        per_rank=msgspec.convert(rows, list[MemoryRank], strict=True),
+        theory=None
         if expected is None
-        else {
-            "model_states_bytes": expected["model_states_bytes"],
-            "formula": expected["formula"],
-            "psi": expected["psi"],
-            "n": expected["n"],
-            "precision": expected["precision"],
-        },
-        "ratio_to_theory": sum(ratios) / len(ratios) if ratios else None,
-    }
+        else MemoryTheory(
+            model_states_bytes=expected["model_states_bytes"],
+            formula=expected["formula"],
+            psi=expected["psi"],
+            n=expected["n"],
+            precision=expected["precision"],
+        ),
+        ratio_to_theory=sum(ratios) / len(ratios) if ratios else None,
+    )
     return SectionResult(value, {}, warnings)

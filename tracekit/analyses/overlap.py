@@ -47,10 +47,12 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit import labels
 from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.summary.memory import Overlap, OverlapLayer
 
 OPS = ("all_gather", "reduce_scatter")
 COMPUTE_STATES = ("compute", "overlap")
@@ -352,7 +354,7 @@ def _totals(frame: pl.DataFrame, op: str, n_ranks: int) -> dict[str, Any]:
     }
 
 
-def overlap_summary(frame: pl.DataFrame, n_ranks: int, steps: int) -> dict[str, Any] | None:
+def overlap_summary(frame: pl.DataFrame, n_ranks: int, steps: int) -> Overlap | None:
     """summary.json ``overlap`` from the overlap_units frame (None when it is empty)."""
     if frame.height == 0:
         return None
@@ -376,24 +378,24 @@ def overlap_summary(frame: pl.DataFrame, n_ranks: int, steps: int) -> dict[str, 
         .drop("first")
     )
     ag, rs = _totals(frame, "all_gather", n_ranks), _totals(frame, "reduce_scatter", n_ranks)
-    return {
-        "ranks": n_ranks,
-        "steps": steps,
-        "allgather_count": ag["count"],
-        "allgather_s": ag["s"],
-        "allgather_hidden_s": ag["hidden_s"],
-        "allgather_exposed_s": ag["exposed_s"],
-        "allgather_hidden_fraction": ag["hidden_fraction"],
-        "reducescatter_count": rs["count"],
-        "reducescatter_s": rs["s"],
-        "reducescatter_hidden_s": rs["hidden_s"],
-        "reducescatter_exposed_s": rs["exposed_s"],
-        "reducescatter_hidden_fraction": rs["hidden_fraction"],
-        "per_layer": per_layer.to_dicts(),
-    }
+    return Overlap(
+        ranks=n_ranks,
+        steps=steps,
+        allgather_count=ag["count"],
+        allgather_s=ag["s"],
+        allgather_hidden_s=ag["hidden_s"],
+        allgather_exposed_s=ag["exposed_s"],
+        allgather_hidden_fraction=ag["hidden_fraction"],
+        reducescatter_count=rs["count"],
+        reducescatter_s=rs["s"],
+        reducescatter_hidden_s=rs["hidden_s"],
+        reducescatter_exposed_s=rs["exposed_s"],
+        reducescatter_hidden_fraction=rs["hidden_fraction"],
+        per_layer=msgspec.convert(per_layer.to_dicts(), list[OverlapLayer], strict=True),
+    )
 
 
-def overlap(inp: SectionInput) -> SectionResult:
+def overlap(inp: SectionInput) -> SectionResult[Overlap]:
     """The ``overlap`` section: its summary value, frame ``overlap_units`` and warnings."""
     frame = inp.per_rank.overlap_units  # overlap_units, computed per rank by the map
     if frame.height == 0:

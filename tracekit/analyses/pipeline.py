@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import cast
 
+import msgspec
 import polars as pl
 
 from tracekit.analyses.pipeline_bubble import BUBBLES_SCHEMA, span_busy, step_bubbles, step_windows
@@ -33,6 +34,7 @@ from tracekit.analyses.pipeline_schedule import (
 )
 from tracekit.analyses.pipeline_stage import recv_split, stage_rows
 from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.summary.pipeline import Pipeline, PipelineStage
 
 NS = 1e-9
 SOURCES: dict[str | None, str] = {  # keyed by pipeline_ops' source (None: no ops)
@@ -42,7 +44,7 @@ SOURCES: dict[str | None, str] = {  # keyed by pipeline_ops' source (None: no op
 }
 
 
-def pipeline(inp: SectionInput) -> SectionResult:
+def pipeline(inp: SectionInput) -> SectionResult[Pipeline]:
     """The ``pipeline`` section of summary.json, its frames and warnings (None: no pipeline)."""
     # pipeline_ops, computed per rank by the map
     ops, pieces = inp.per_rank.pipeline_ops, inp.per_rank.pipeline_pieces
@@ -101,31 +103,31 @@ def pipeline(inp: SectionInput) -> SectionResult:
     memory = inp.job.memory if run is not None else {}
     per_stage = stage_rows(ops, stage_of_rank, per, span, busy, recv, memory)
 
-    summary = {
-        "schedule": schedule,
-        "source": SOURCES.get(source, source),
-        "stages": p,
-        "virtual_stages": len(stages),
-        "microbatches": m,
-        "steps": win.height,
-        "bubble_fraction": bubble_fraction,
-        "bubble_fraction_span": bubble_fraction_span,
-        "bubble_fraction_theory": theory_value,
-        "bubble_fraction_theory_basis": "fraction of the step: (p-1)/(m+p-1)"
+    summary = Pipeline(
+        schedule=schedule,
+        source=SOURCES[source] if source in SOURCES else str(source),
+        stages=p,
+        virtual_stages=len(stages),
+        microbatches=m,
+        steps=win.height,
+        bubble_fraction=bubble_fraction,
+        bubble_fraction_span=bubble_fraction_span,
+        bubble_fraction_theory=theory_value,
+        bubble_fraction_theory_basis="fraction of the step: (p-1)/(m+p-1)"
         if theory_value is not None and schedule != "interleaved"
         else ("fraction of the step: (p-1)/(v m+p-1)" if theory_value is not None else None),
-        "bubble_fraction_theory_megatron": megatron,
-        "bubble_fraction_theory_megatron_basis": "bubble time / ideal time m(f+b): (p-1)/m"
+        bubble_fraction_theory_megatron=megatron,
+        bubble_fraction_theory_megatron_basis="bubble time / ideal time m(f+b): (p-1)/m"
         if megatron is not None
         else None,
-        "bubble_fraction_replay": replay_value,
-        "window_s": (total_window / max(1, win.height) / max(1, p_devices)) * NS
+        bubble_fraction_replay=replay_value,
+        window_s=(total_window / max(1, win.height) / max(1, p_devices)) * NS
         if total_window
         else None,
-        "span_s": span * NS,
-        "recv_split_method": recv_method,
-        "per_stage": per_stage,
-    }
+        span_s=span * NS,
+        recv_split_method=recv_method,
+        per_stage=msgspec.convert(per_stage, list[PipelineStage], strict=True),
+    )
     frames = {
         # polars#14468: cast() is typed to reject a dict[str, dtype] (it takes one at run time)
         "pipeline_ops": ops.select(list(OPS_SCHEMA)).cast(OPS_SCHEMA).sort("rank", "start_ns"),  # type: ignore[arg-type]

@@ -4,20 +4,22 @@ and a cross-rank reduce; the driver never holds every rank's events (issue #17).
 In order, on the Job's slim events (tracekit.ingest.rank_scan: calls, kernels, annotations):
 process groups (tracekit.analyses.groups: the Job's flight records, run.json's groups, each
 trace's pg_config), every collective call matched across ranks
-(tracekit.analyses.collectives), clock offsets between hosts (tracekit.clock: when applied,
-the calls are matched again on the moved times). Then the map (tracekit.analyses.rank_map), one
+(tracekit.analyses.collectives), once, clock offsets between hosts (tracekit.clock: when
+applied, the matched calls move with the events). Then the map (tracekit.analyses.rank_map), one
 task per batch of ranks, through the engine's Executor: the analysis window, the
 compute/communication intervals and the elementary segments of each rank, and what the
 sections need of them (breakdown rows, overlap units, pipeline ops, the merged timeline).
 Ranks held in memory go in one batch (a small job is one whole-job step, as fast as before);
 ranks whose events wait in files go one per task. Ranks without any compute or communication
-event in their window are left out, with a warning; collectives are then matched without them.
+event in their window are left out, with a warning (their calls, if any lie outside it, are
+then matched again without them: the one case of a second matching).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+import msgspec
 import polars as pl
 
 from tracekit import clock, timeline
@@ -26,6 +28,10 @@ from tracekit.analyses.rank_map import map_ranks
 from tracekit.analyses.section import RankResult, RankTask, SectionInput, combine
 from tracekit.errors import TracekitError
 from tracekit.ingest.job import Job
+from tracekit.summary.traffic import Clock
+
+#: the times of a matched call: moved with its rank's clock
+CALL_TIMES = ("start_ns", "end_ns", "call_start_ns", "call_end_ns")
 
 #: runs map_ranks over the tasks, results in order (an Executor's ``map``)
 MapFn = Callable[[Callable[[RankTask], RankResult], Iterable[RankTask]], Iterable[RankResult]]
@@ -43,18 +49,19 @@ def prepare(
     gpu_ranks = {i.rank for i in infos if i.has_gpu}
     group_sizes = {i.rank: int(i.world_size) for i in infos if i.world_size}
     sources = groups.GroupSources.of(job)
-    raw = collectives.raw_collectives(events, group_sizes, sources)
+    calls, call_warnings = collectives.raw_collectives(events, group_sizes, sources)
     events, sources, clock_summary, clock_warn = clock.align(
-        events, infos, sources, raw[0], align_clocks
+        events, infos, sources, calls, align_clocks
     )
     shifts = clock.applied_offsets(clock_summary)
-    if shifts:  # times moved: match again
-        raw = collectives.raw_collectives(events, group_sizes, sources)
+    # times moved by a constant per rank: the calls move with them, matched as they were (the
+    # k-th call of a group, transfer = the shortest member's duration: neither depends on it)
+    calls = clock.shifted(calls, shifts, CALL_TIMES)
     warnings.extend(clock_warn)
     warnings.extend(timeline.marker_warnings(events))
     markers = timeline.step_markers(events)
 
-    tasks = _tasks(job, shifts, gpu_ranks, raw[0], markers, nodes)
+    tasks = _tasks(job, shifts, gpu_ranks, calls, markers, nodes)
     per_rank = combine(list((map_fn or map)(map_ranks, tasks)))
     windows, empty = per_rank.windows, per_rank.empty
     if not windows.height:
@@ -67,10 +74,11 @@ def prepare(
         )
         keep = ~pl.col("rank").is_in(empty)
         events, markers = events.filter(keep), markers.filter(keep)
-        raw = collectives.raw_collectives(events, group_sizes, sources)  # without them
+        if calls.filter(~keep).height:  # its calls outside its window: match again without them
+            calls, call_warnings = collectives.raw_collectives(events, group_sizes, sources)
         infos = [i for i in infos if i.rank not in empty]
         nodes = {r: n for r, n in nodes.items() if r not in empty}
-    coll, coll_warn = collectives.collectives_table(raw, windows)
+    coll, coll_warn = collectives.collectives_table((calls, call_warnings), windows)
     warnings = groups.drop_resolved_warnings(warnings, coll) + coll_warn
     return SectionInput(
         job=job,
@@ -81,7 +89,8 @@ def prepare(
         collectives=coll,
         nodes=nodes,
         per_rank=per_rank,
-        clock=clock_summary,
+        clock=None if clock_summary is None else msgspec.convert(clock_summary, Clock, strict=True),
+        shifts=shifts,
         warnings=tuple(warnings),
     )
 

@@ -6,7 +6,7 @@
 
 A section is a pure function: it reads the Job (tracekit.ingest.job: what was loaded) and the
 frames of the timeline step (tracekit.analyses.prepare), never a file, and returns its summary
-value, the frames written beside summary.json, and its warnings. tracekit.analyses.registry
+value, the frames written beside summary.json, and its warnings. tracekit.analyses.manifest
 lists them. Sections are the cross-rank reduce: what needs a rank's every event was computed
 per rank by the map (tracekit.analyses.rank_map) and reaches them as ``per_rank``.
 """
@@ -15,17 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import polars as pl
 
 from tracekit.analyses.event_totals import reduce_totals
 from tracekit.ingest.job import Job
 from tracekit.ingest.spill import EventsRef
+from tracekit.summary.traffic import Clock
 
 if TYPE_CHECKING:
     from tracekit.ingest.kineto_info import TraceInfo
     from tracekit.ingest.run_record import RunRecord
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,6 @@ def combine(results: list[RankResult]) -> RankResult:
     )
 
 
-#: a section's summary.json value: an object, a list of rows (``ranks``), or None (nothing for it)
-SummaryValue = dict[str, Any] | list[dict[str, Any]] | None
-
-
 @dataclass(frozen=True)
 class SectionInput:
     """What every section gets: the Job and the frames of the timeline step, read-only."""
@@ -127,8 +126,11 @@ class SectionInput:
     per_rank: RankResult
     """What the per-rank map computed from each rank's every event, over every rank
     (:func:`combine`)."""
-    clock: dict[str, Any] | None = None
+    clock: Clock | None = None
     """summary.json ``clock``: offsets between hosts, and whether they were applied."""
+    shifts: dict[int, int] = field(default_factory=dict)
+    """rank -> the clock offset applied to its times, in ns (tracekit.clock); empty when the
+    clocks were not moved."""
     warnings: tuple[str, ...] = ()
     """Everything loading and the timeline step warned of, in order."""
 
@@ -146,16 +148,19 @@ class SectionInput:
 
 
 @dataclass(frozen=True)
-class SectionResult:
-    """What a section gives: its summary.json value, its frames and its warnings."""
+class SectionResult(Generic[V]):
+    """What a section gives: its summary.json value (its Struct of tracekit.summary), its frames
+    and its warnings."""
 
-    value: SummaryValue = None
-    """The section's summary.json value; None when the input has nothing for it."""
+    value: V | None = None
+    """The section's value, the Summary field of its key; None when the input has nothing for
+    it (summary.json null)."""
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
-    """Tables written as analysis/<name>.parquet (and on Analysis.frames)."""
+    """Tables written as analysis/<name>.parquet (and on Analysis.frames), each declared in
+    tracekit.analyses.frames."""
     warnings: list[str] = field(default_factory=list)
     """One line each, prefixed with the section's name."""
 
 
-#: a section: its input -> its result (tracekit.analyses.registry.SECTIONS)
-Section = Callable[[SectionInput], SectionResult]
+#: a section's computation: its input -> its result (tracekit.analyses.manifest)
+Compute = Callable[[SectionInput], SectionResult[Any]]

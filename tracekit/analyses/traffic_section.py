@@ -19,12 +19,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import polars as pl
 
 from tracekit.analyses import matching
 from tracekit.analyses.group_names import group_label
 from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.analyses.traffic import link_bytes, traffic_summary
+from tracekit.summary.collectives import Matching
+from tracekit.summary.nccl import Nccl
+from tracekit.summary.traffic import Traffic
 
 if TYPE_CHECKING:
     from tracekit.events import DType
@@ -133,7 +137,7 @@ def _by(links: pl.DataFrame, keys: list[str]) -> list[dict[str, Any]]:
     ]
 
 
-def traffic(inp: SectionInput) -> SectionResult:
+def traffic(inp: SectionInput) -> SectionResult[Traffic]:
     """The ``traffic`` section builder (see the module docstring)."""
     table = inp.collectives
     if table.height == 0 or "call_id" not in table.columns:
@@ -246,10 +250,11 @@ def traffic(inp: SectionInput) -> SectionResult:
         .cast(LINKS_SCHEMA)  # type: ignore[arg-type]  # polars#14468: cast() rejects a dict[str, dtype]
         .sort("src", "dst")
     )
-    return SectionResult(summary, {"traffic_links": frame}, warnings)
+    value = msgspec.convert(summary, Traffic, strict=True)
+    return SectionResult(value, {"traffic_links": frame}, warnings)
 
 
-def nccl(inp: SectionInput) -> SectionResult:
+def nccl(inp: SectionInput) -> SectionResult[Nccl]:
     """The ``nccl`` section: what the run's NCCL logs say (layout, ring 0, tuning choices) and
     which algorithm/protocol the traced kernels ran. None without logs and without NCCL kernels."""
     logs = inp.job.nccl
@@ -290,22 +295,22 @@ def nccl(inp: SectionInput) -> SectionResult:
             "algorithms": chosen,
             "warnings": list(log.warnings),
         }
-    return SectionResult(out)
+    return SectionResult(msgspec.convert(out, Nccl, strict=True))
 
 
-def matching_section(inp: SectionInput) -> SectionResult:
+def matching_section(inp: SectionInput) -> SectionResult[Matching]:
     """The ``matching`` section: how calls were attributed and matched, and the frame
     ``collective_matches`` (one row per rank per matched call)."""
     table = inp.collectives
     if table.height == 0 or "call_id" not in table.columns:
         return SectionResult()
     sources = table.group_by("group_source").len().sort("group_source").to_dicts()
-    summary = {
-        "method": "k-th call of a process group on every member rank (flight-recorder collective_seq_id, or "
+    summary = Matching(
+        method="k-th call of a process group on every member rank (flight-recorder collective_seq_id, or "
         "per-group order); p2p: k-th send a->b with k-th recv; transfer = min duration, wait = rest",
-        "calls": int(table["call_id"].drop_nulls().n_unique()),
-        "complete_calls": int(table.filter(pl.col("complete"))["call_id"].n_unique()),
-        "unattributed_rows": int(table["call_id"].null_count()),
-        "group_sources": {str(r["group_source"]): int(r["len"]) for r in sources},
-    }
+        calls=int(table["call_id"].drop_nulls().n_unique()),
+        complete_calls=int(table.filter(pl.col("complete"))["call_id"].n_unique()),
+        unattributed_rows=int(table["call_id"].null_count()),
+        group_sources={str(r["group_source"]): int(r["len"]) for r in sources},
+    )
     return SectionResult(summary, {"collective_matches": matching.matches_frame(table)})

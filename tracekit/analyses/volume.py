@@ -13,16 +13,15 @@ that rank, by the op the program asked for and the op the backend ran.
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from tracekit.analyses.collectives import bus_factor
 from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.summary.collectives import Volume, VolumeOp
 
 
-def volume_summary(coll: pl.DataFrame, steps: int) -> dict[str, Any] | None:
-    """{ideal_bytes_per_rank_per_step, wire_bytes_per_rank_per_step, wire_to_ideal, per_op[]} or None."""
+def volume_summary(coll: pl.DataFrame, steps: int) -> Volume | None:
+    """summary.json ``volume`` of the calls over ``steps`` steps, or None without either."""
     if coll.height == 0 or steps <= 0:
         return None
     n = pl.col("group_size").fill_null(1)
@@ -50,25 +49,25 @@ def volume_summary(coll: pl.DataFrame, steps: int) -> dict[str, Any] | None:
     known = bool(coll["bytes"].is_not_null().any() or coll["wire_bytes"].is_not_null().any())
     if not known:
         ideal = wire = None  # type: ignore[assignment]
-    return {
-        "rank": busiest,
-        "steps": steps,
-        "ideal_bytes_per_rank_per_step": ideal,
-        "wire_bytes_per_rank_per_step": wire,
-        "wire_to_ideal": wire / ideal if ideal and wire is not None else None,
-        "per_op": [
-            {
-                "op": r["op"],
-                "wire_op": r["wire_op"],
-                "calls_per_step": r["count"] / steps,
-                "ideal_bytes_per_step": r["ideal"] / steps if known else None,
-                "wire_bytes_per_step": r["wire"] / steps if known else None,
-            }
+    return Volume(
+        rank=busiest,
+        steps=steps,
+        ideal_bytes_per_rank_per_step=ideal,
+        wire_bytes_per_rank_per_step=wire,
+        wire_to_ideal=wire / ideal if ideal and wire is not None else None,
+        per_op=[
+            VolumeOp(
+                op=r["op"],
+                wire_op=r["wire_op"],
+                calls_per_step=r["count"] / steps,
+                ideal_bytes_per_step=r["ideal"] / steps if known else None,
+                wire_bytes_per_step=r["wire"] / steps if known else None,
+            )
             for r in per_op.iter_rows(named=True)
         ],
-    }
+    )
 
 
-def volume(inp: SectionInput) -> SectionResult:
+def volume(inp: SectionInput) -> SectionResult[Volume]:
     """The ``volume`` section."""
     return SectionResult(volume_summary(inp.collectives, inp.steps))

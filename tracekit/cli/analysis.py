@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from tracekit.errors import TracekitError
+from tracekit.ingest.read_options import ReadOptions
 
 
 def _ranks_option(value: str | None):  # -> RankSet | None
@@ -27,14 +28,15 @@ def _ranks_option(value: str | None):  # -> RankSet | None
         raise TracekitError(str(exc), f"--ranks {value}") from None
 
 
-def _read_ahead(path: Path, cache: bool, cache_dir: Path | None, rank_selection: bool) -> None:
+def _read_ahead(path: Path, options: ReadOptions) -> None:
     """Start reading the traces this analysis will parse while polars and the analyses are
     imported (tracekit.ingest.read_ahead): when it reads every trace PATH names (no
     rank selection), those without a cache entry."""
     from tracekit import runfolder
     from tracekit.ingest import cache_paths, kineto_files
 
-    if rank_selection:
+    cache, cache_dir = options.cache, options.cache_dir
+    if options.subset:
         return
     try:
         files = runfolder.find_trace_files(path)
@@ -105,9 +107,17 @@ def analyze_cmd(
 
     t0 = time.perf_counter()
     target = out or default_out_dir(path)
-    rank_set = _ranks_option(ranks)
+    options = ReadOptions(  # built once: the read-ahead, the loader and the timeline step read it
+        ranks_per_node=ranks_per_node,
+        ranks=_ranks_option(ranks),
+        sample=sample,
+        cache=cache,
+        cache_dir=cache_dir,
+        align_clocks=align_clocks,
+        scheduler=scheduler,
+    )
     check_out(target, path)  # before the work: an --out that must not be replaced is refused
-    _read_ahead(path, cache, cache_dir, bool(ranks or sample))
+    _read_ahead(path, options)
     from rich.markup import escape
 
     from tracekit.cli import tables
@@ -120,16 +130,7 @@ def analyze_cmd(
         if engines.resolve(scheduler):  # the ranks are read where the engine runs them
             read_ahead.discard()
         with tables.err.status(f"analysing {path}"):
-            result = analyze(
-                path,
-                ranks_per_node=ranks_per_node,
-                ranks=rank_set,
-                sample=sample,
-                cache=cache or False,
-                cache_dir=cache_dir,
-                align_clocks=align_clocks,
-                scheduler=scheduler,
-            )
+            result = analyze(path, options)
             read_ahead.discard()
             try:
                 target = write_analysis(result, target)
@@ -137,12 +138,12 @@ def analyze_cmd(
                 result.close()  # the command leaves by os._exit: no finalizer would run
     finally:
         read_ahead.discard()
-    for w in result.typed_summary.warnings:
+    for w in result.summary.warnings:
         tables.err.print(
             f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True
         )  # text, never markup
-    tables.out().print(tables.rank_table(result.typed_summary))
-    if (pipe := tables.pipeline_table(result.typed_summary)) is not None:
+    tables.out().print(tables.rank_table(result.summary))
+    if (pipe := tables.pipeline_table(result.summary)) is not None:
         tables.out().print(pipe)
     tables.err.print(
         f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False
@@ -153,29 +154,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 _REPORT_FORMATS = ["html", "pdf", "png", "md", "json", "csv", "parquet", "perfetto"]
 
 
-def _format_from_suffix(path: Path) -> str:
-    name = path.name.lower()
-    if name.endswith(".perfetto.json") or name.endswith(".trace.json"):
-        return "perfetto"
-    suffix = path.suffix.lower().lstrip(".")
-    return (
-        {"htm": "html", "markdown": "md"}.get(suffix, suffix)
-        if suffix in _REPORT_FORMATS + ["htm", "markdown"]
-        else "html"
-    )
-
-
 def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> None:
     from rich.markup import escape
 
+    from tracekit.analysis import analyze
     from tracekit.cli import tables
-    from tracekit.report import default_output, write_report
+    from tracekit.report import default_output, format_of, write_report
+    from tracekit.runname import display_names
 
-    fmt = fmt or (_format_from_suffix(out) if out else "html")
+    fmt = fmt or (format_of(out) if out else "html")
     target = out or default_output(fmt)
     t0 = time.perf_counter()
     with tables.err.status(f"{fmt} report of {len(paths)} path(s)") as status:
-        write_report(list(paths), target, fmt, progress=lambda msg: status.update(msg))
+        analyses = []
+        for i, p in enumerate(paths, 1):
+            status.update(f"analysing {p} ({i}/{len(paths)})")
+            analyses.append(analyze(p))
+        names = display_names(list(paths))
+        write_report(analyses, target, fmt, names=names, progress=status.update)
     tables.err.print(
         f"wrote {escape(str(target))} in {time.perf_counter() - t0:.2f} s", highlight=False
     )
@@ -235,9 +231,7 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
             results.append(analyze(p))
         if out is not None:
             status.update(f"writing {out}")
-            write_report(
-                list(paths), out, fmt or _format_from_suffix(out), analyses=results, names=names
-            )
+            write_report(results, out, fmt, names=names)
     tables.out().print(tables.comparison_table(names, results))
     if out is not None:
         tables.err.print(f"wrote {out}", highlight=False)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit import prediction as P
+from tracekit.analysis import analyze
 from tracekit.errors import TracekitError
 
 
@@ -80,7 +81,7 @@ def run_predict(
         target = _target(out, p, several)
         if target.is_symlink() or (target.exists() and not target.is_file()):
             raise TracekitError("exists and is not a regular file; choose another --out", target)
-    models = [P.load(p) for p in paths]
+    models = [P.build(analyze(p)) for p in paths]
     preds = [
         (Path(p).name, P.prediction(m, bw, intra_bits, latency_us)) for p, m in zip(paths, models)
     ]

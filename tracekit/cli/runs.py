@@ -154,7 +154,7 @@ def demo_cmd(out: Path, only: str | None) -> None:
         names = display_names(done)
         console.print(comparison_table(names, results, width=console.width))
         report = Path(out) / "demo-report.html"
-        write_report(done, report, "html", analyses=results, names=names)
+        write_report(results, report, "html", names=names)
         console.print(
             f"next: `tracekit dash {escape(str(out))}` / open {escape(str(report))}",
             highlight=False,

@@ -103,7 +103,7 @@ def comparison_table(names: list[str], results: list, width: int | None = None) 
     strategy column is left out; bubble and all-gather hidden come next to the time columns."""
     from tracekit.report import compare_table
 
-    title, head, rows = compare_table([(n, r.typed_summary) for n, r in zip(names, results)])
+    title, head, rows = compare_table([(n, r.summary) for n, r in zip(names, results)])
     order = [i for i, h in enumerate(head) if h != "strategy"]
     for moved in ("bubble", "all-gather hidden"):
         if moved in head:

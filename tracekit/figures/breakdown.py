@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 
 from tracekit.figures.style import STATE_COLORS, STATE_LABELS, bar, layout, num
@@ -32,3 +34,8 @@ def breakdown(summary: Summary) -> go.Figure | None:
         barmode="stack",
         yaxis_title="seconds",
     )
+
+
+def breakdown_of(analysis: Any) -> go.Figure | None:
+    """The ``breakdown`` figure of an Analysis (tracekit.analyses.manifest)."""
+    return breakdown(analysis.summary)

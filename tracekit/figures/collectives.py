@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -83,3 +85,13 @@ def collective_time(summary: Summary) -> go.Figure | None:
         barmode="stack",
         yaxis_title="seconds",
     )
+
+
+def bandwidth_of(analysis: Any) -> go.Figure | None:
+    """The ``collective_bandwidth`` figure of an Analysis."""
+    return collective_bandwidth(analysis.summary)
+
+
+def time_of(analysis: Any) -> go.Figure | None:
+    """The ``collective_time`` figure of an Analysis."""
+    return collective_time(analysis.summary)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 
 from tracekit.figures.style import MEMORY_PARTS, bar, byte_unit, fmt_bytes, layout, num, plain
@@ -81,3 +83,8 @@ def memory(summary: Summary) -> go.Figure | None:
         barmode="stack",
         yaxis_title=unit,
     )
+
+
+def memory_of(analysis: Any) -> go.Figure | None:
+    """The ``memory`` figure of an Analysis: bytes per rank beside the formula."""
+    return memory(analysis.summary)

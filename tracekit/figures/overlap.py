@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from tracekit.figures.read import frame
 from tracekit.figures.style import STATE_COLORS, bar, fmt_frac, fmt_s, layout, num, plain
 from tracekit.summary import Summary
 
@@ -91,3 +92,8 @@ def overlap_layers(summary: Summary, units: pl.DataFrame | None = None) -> go.Fi
         height=460,
         barmode="stack",
     )
+
+
+def overlap_of(analysis: Any) -> go.Figure | None:
+    """The ``overlap`` figure of an Analysis: hidden and exposed transfer per layer."""
+    return overlap_layers(analysis.summary, frame(analysis, "overlap_units"))

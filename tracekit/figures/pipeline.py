@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from tracekit.figures.read import frame
 from tracekit.figures.style import (
     KIND_COLORS,
     KIND_LABELS,
@@ -274,3 +275,18 @@ def pipeline_stages(summary: Summary) -> go.Figure | None:
     fig.update_yaxes(title_text="bubble seconds", secondary_y=False)
     fig.update_yaxes(title_text="count", secondary_y=True, rangemode="tozero", dtick=1)
     return layout(fig, "bubbles per stage and in-flight microbatches", barmode="stack")
+
+
+def schedule_of(analysis: Any) -> go.Figure | None:
+    """The ``pipeline`` figure of an Analysis: its schedule, bubbles and replay."""
+    return pipeline_schedule(
+        analysis.summary,
+        frame(analysis, "pipeline_ops"),
+        frame(analysis, "bubbles"),
+        frame(analysis, "pipeline_replay"),
+    )
+
+
+def stages_of(analysis: Any) -> go.Figure | None:
+    """The ``pipeline_stages`` figure of an Analysis: bubbles per stage."""
+    return pipeline_stages(analysis.summary)

@@ -1,6 +1,6 @@
 """The frames figures and reports read from an analysis, by name.
 
-The summary is read as attributes of its typed form (``analysis.typed_summary``,
+The summary is read as attributes of its typed form (``analysis.summary``,
 tracekit.summary); frames stay polars frames and are found here: an attribute of the
 Analysis (``timeline``, ``events``, ...) or one of the sections' frames (``bubbles``, ...).
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -29,6 +29,7 @@ from tracekit.figures.lanes import (
     timeline_lanes,
     timeline_origin,
 )
+from tracekit.figures.read import frame
 from tracekit.figures.style import (
     NS,
     STATE_COLORS,
@@ -234,3 +235,8 @@ def timeline_detail(
         )
     )
     return fig
+
+
+def timeline_of(analysis: Any) -> go.Figure | None:
+    """The ``timeline`` figure of an Analysis: the binned overview of its merged timeline."""
+    return timeline_overview(frame(analysis, "timeline"), bubbles=frame(analysis, "bubbles"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -92,3 +93,13 @@ def traffic_matrix(summary: Summary) -> go.Figure | None:
         xaxis=dict(title="destination rank", **ticks, constrain="domain"),
         yaxis=dict(title="source rank", autorange="reversed", scaleanchor="x", **ticks),
     )
+
+
+def split_of(analysis: Any) -> go.Figure | None:
+    """The ``traffic_split`` figure of an Analysis: intra- versus inter-node bytes per op."""
+    return traffic_split(analysis.summary)
+
+
+def matrix_of(analysis: Any) -> go.Figure | None:
+    """The ``traffic_matrix`` figure of an Analysis: bytes rank x rank."""
+    return traffic_matrix(analysis.summary)

@@ -37,8 +37,9 @@ from tracekit.ingest import foreign
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece
 from tracekit.ingest.rank_scan import RankScan, scan_traces
+from tracekit.ingest.read_options import ReadOptions
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
-from tracekit.ingest.selection import RankSet, Selection, select
+from tracekit.ingest.selection import Selection, select
 from tracekit.ingest.spill import Spill
 from tracekit.ingest.topology import node_of_ranks
 
@@ -202,28 +203,17 @@ def assemble(
 def read_selected(
     source: Source,
     selection: Selection,
-    ranks: RankSet | None,
+    options: ReadOptions,
     spill: Spill,
     *,
-    workers: int | None = None,
-    cache: bool | None = None,
-    cache_dir: Path | None = None,
     cache_writer: Executor | None = None,
     executor: Executor | None = None,
 ) -> list[RankScan]:
     """The selected trace files, read (tracekit.ingest.rank_scan.scan_traces: one task per
     file), with the ranks not asked for dropped (files that tell their rank only inside)."""
-    files = selection.files
+    files, ranks = selection.files, options.ranks
     scans = (
-        scan_traces(
-            files,
-            spill,
-            workers=workers,
-            cache=cache,
-            cache_dir=cache_dir,
-            cache_writer=cache_writer,
-            executor=executor,
-        )
+        scan_traces(files, spill, options, cache_writer=cache_writer, executor=executor)
         if files
         else []
     )
@@ -243,45 +233,30 @@ def read_selected(
 
 def load(
     path: str | Path,
+    options: ReadOptions | None = None,
     *,
-    ranks_per_node: int | None = None,
-    ranks: RankSet | Sequence[int] | None = None,
-    sample: int | None = None,
-    workers: int | None = None,
-    cache: bool | None = None,
-    cache_dir: Path | None = None,
     cache_writer: Executor | None = None,
     executor: Executor | None = None,
     spill: Spill | None = None,
 ) -> Job:
-    """Read everything the analysis needs from PATH (see the module docstring).
+    """Read everything the analysis needs from PATH (see the module docstring), as OPTIONS say
+    (tracekit.ingest.read_options: which ranks, the topology, the cache, the workers).
 
-    ``ranks``/``sample``: read only those ranks' traces, or N spread over the job
-    (tracekit.ingest.selection). ``cache``, ``cache_dir``, ``cache_writer``, ``workers``,
-    ``executor``: how traces are parsed (tracekit.ingest.kineto.read_traces; with ``executor``
-    the per-file parse runs there, tracekit.engines; tracekit.ingest.cache).
-    ``ranks_per_node``: the topology, when nothing in the folder says it. ``spill``
-    (tracekit.ingest.spill): where the ranks' events wait; default a new one in the system's
-    temporary folder, owned by the Job (it is removed when the Job is).
+    ``cache_writer``: where cache entries are written while the analysis runs; ``executor``: where
+    the per-file parse runs (tracekit.engines). ``spill`` (tracekit.ingest.spill): where the
+    ranks' events wait; default a new one in the system's temporary folder, owned by the Job (it
+    is removed when the Job is).
     """
-    if cache:
+    options = options or ReadOptions()
+    if options.cache:
         from tracekit.ingest import cache as cache_mod
 
         cache_mod.max_bytes()  # a bad TRACEKIT_CACHE_MAX_BYTES is an error, not ignored
     source = locate(path)
-    wanted = RankSet.of(ranks)
-    selection = select(list(source.traces), wanted, sample, cache_dir)
+    selection = select(list(source.traces), options.ranks, options.sample, options.cache_dir)
     spill = spill if spill is not None else Spill()
     scans = read_selected(
-        source,
-        selection,
-        wanted,
-        spill,
-        workers=workers,
-        cache=cache,
-        cache_dir=cache_dir,
-        cache_writer=cache_writer,
-        executor=executor,
+        source, selection, options, spill, cache_writer=cache_writer, executor=executor
     )
     side = sorted({s.info.rank for s in scans} | source.named_ranks())
     return assemble(
@@ -289,7 +264,7 @@ def load(
         selection,
         scans,
         (load_rank(source, r) for r in side),
-        ranks_per_node=ranks_per_node,
-        subset=bool(wanted) or bool(sample),
+        ranks_per_node=options.ranks_per_node,
+        subset=options.subset,
         spill=spill,
     )

@@ -33,6 +33,7 @@ from tracekit.ingest.cache_paths import candidates
 from tracekit.ingest.kineto import _check_ranks, _default_workers, _idle_cpus, _spawn_can_start
 from tracekit.ingest.kineto_files import pin_mmap_threshold
 from tracekit.ingest.kineto_info import TraceInfo
+from tracekit.ingest.read_options import ReadOptions
 from tracekit.ingest.spill import EventsRef, Spill, write
 
 #: the rows the cross-rank steps read (module docstring): the rest stays with the rank
@@ -125,10 +126,8 @@ def _never(nbytes: int) -> bool:
 def scan_traces(
     paths: Sequence[Path],
     spill: Spill,
+    options: ReadOptions,
     *,
-    workers: int | None = None,
-    cache: bool | None = False,
-    cache_dir: Path | None = None,
     cache_writer: Executor | None = None,
     executor: Executor | None = None,
 ) -> list[RankScan]:
@@ -136,9 +135,10 @@ def scan_traces(
 
     ``executor`` (tracekit.engines): the tasks run there and spill into ``spill``'s folder,
     which the workers must share. Without one: threads here, or spawned processes when
-    ``workers`` (default: kineto's rule, three idle CPUs and 16 MiB of trace) says so.
-    ``cache``/``cache_dir``/``cache_writer``: as tracekit.ingest.kineto.read_traces.
+    ``options.workers`` (default: kineto's rule, three idle CPUs and 16 MiB of trace) says so.
+    ``options.cache``/``cache_dir`` and ``cache_writer``: as tracekit.ingest.kineto.read_traces.
     """
+    workers, cache, cache_dir = options.workers, options.cache, options.cache_dir
     paths = [Path(p) for p in paths]
     if not paths:
         raise TracekitError("no trace files to read")

@@ -1,7 +1,7 @@
 """Reports of one run or a comparison of several: html, pdf, png, md, json, csv, parquet, perfetto.
 
-``write_report(paths, out, fmt)`` analyses every PATH (a run folder, a folder of traces, one
-trace) and writes one file. Several paths make a comparison report. Every format is written to
+``write_report(analyses, out, fmt)`` writes one file of the analyses given
+(``tracekit.analyze``; ``Analysis.report(out)`` for one); several make a comparison report. Every format is written to
 a temporary name beside OUT and renamed, so nothing half-written is ever left.
 
 One module per output: ``write`` (the formats, atomic writing), ``tables`` (the tables, also
@@ -24,7 +24,7 @@ from tracekit.report.tables import (
     top_events,
     traffic_table,
 )
-from tracekit.report.write import FORMATS, default_output, write_report
+from tracekit.report.write import FORMATS, default_output, format_of, write_report
 
 __all__ = [
     "FORMATS",
@@ -32,6 +32,7 @@ __all__ = [
     "collectives_table",
     "compare_table",
     "default_output",
+    "format_of",
     "memory_table",
     "overlap_table",
     "pipeline_table",

@@ -29,7 +29,7 @@ def write_json(
     doc = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "runs": [
-            {"name": n, "path": str(a.path), "summary": to_builtins(a.typed_summary)}
+            {"name": n, "path": str(a.path), "summary": to_builtins(a.summary)}
             for n, a in zip(names, analyses)
         ],
     }

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tracekit.figures import NO_DATA
+from tracekit.analyses import manifest
 from tracekit.report.progress import Progress
-from tracekit.report.tables import SECTIONS, Table, compare_table, rank_table, top_events
+from tracekit.report.tables import Table, compare_table, rank_table, table_of, top_events
 
 
 def _md_cell(text: Any) -> str:
@@ -31,24 +31,25 @@ def write_md(
     analyses: Sequence[Any], names: Sequence[str], tmp: Path, progress: Progress | None
 ) -> None:
     lines = ["# tracekit report", ""]
-    summaries = [(n, a.typed_summary) for n, a in zip(names, analyses)]
+    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
     if len(analyses) > 1:
         lines += ["## comparison", ""] + _md_table(compare_table(summaries))
     for name, a in zip(names, analyses):
-        s = a.typed_summary
+        s = a.summary
         lines += [f"## {_md_cell(name)}", "", f"source: {_md_cell(a.path)}", ""]
         for w in s.warnings:
             lines.append(f"- warning: {_md_cell(w)}")
         lines.append("")
         lines += _md_table(rank_table(s))
-        for title, _figs, table_fn, nodata in SECTIONS[2:]:
-            if table_fn is None and nodata is None:
-                continue  # figures only (the prediction): nothing for a table format
-            lines += [f"### {_md_cell(title)}", ""]
-            t = table_fn(s) if table_fn else None
+        for section in manifest.REPORT:
+            table_fn = table_of(section)
+            if table_fn is None:
+                continue  # figures only: nothing for a table format
+            lines += [f"### {_md_cell(section.title)}", ""]
+            t = table_fn(s)
             if t:
                 lines += _md_table(t)
-            elif nodata:
-                lines += [f"_{NO_DATA[nodata]}_", ""]
+            elif section.no_data:
+                lines += [f"_{section.no_data}_", ""]
         lines += _md_table(top_events(a.event_totals))
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -16,10 +16,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from tracekit.figures import NO_DATA, compare_figures, figures_for
-from tracekit.figures.prediction import curve_for
+from tracekit.analyses import manifest
+from tracekit.figures import compare_figures, figures_for
 from tracekit.report.progress import Progress
-from tracekit.report.tables import SECTIONS, Table, compare_table, rank_table, top_events
+from tracekit.report.tables import Table, compare_table, rank_table, table_of, top_events
 
 _CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 24px auto; max-width: 1200px;
@@ -43,7 +43,8 @@ def svg_uri(svg: bytes) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
 
 
-def _html_table(t: Table) -> str:
+def html_table(t: Table) -> str:
+    """A report table as HTML, every cell escaped."""
     title, head, rows = t
     out = [f'<div class="caption">{html.escape(title)}</div>']
     if not rows:
@@ -87,17 +88,15 @@ class FigureSink:
 
 def report_figures(analyses: Sequence[Any], names: Sequence[str]) -> tuple[Figures, list[Figures]]:
     """The comparison's figures (several runs) and every run's, its prediction's included."""
-    summaries = [(n, a.typed_summary) for n, a in zip(names, analyses)]
+    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
     compare = compare_figures(summaries) if len(analyses) > 1 else {}
-    per_run = [figures_for(a) for a in analyses]
-    for figs, a in zip(per_run, analyses):
-        figs["predict_curve"] = curve_for(a)  # tracekit predict's sweep, when it has one
+    per_run = [figures_for(a) for a in analyses]  # the prediction's sweep too, when it has one
     return compare, per_run
 
 
 def _run_line(a: Any) -> str:
     """Where the run comes from and what it ran."""
-    s = a.typed_summary
+    s = a.summary
     desc = f"source: {a.path}"
     if s.run:
         run = s.run
@@ -125,38 +124,39 @@ def html_doc(
         f"<style>{_CSS}</style></head><body>",
         "<h1>tracekit report</h1>",
     ]
-    summaries = [(n, a.typed_summary) for n, a in zip(names, analyses)]
+    summaries = [(n, a.summary) for n, a in zip(names, analyses)]
     if len(analyses) > 1:
         parts.append("<h2>comparison</h2>")
         if tables:
-            parts.append(_html_table(compare_table(summaries)))
+            parts.append(html_table(compare_table(summaries)))
         for fig in compare.values():
             if fig is not None:
                 parts.append(figure_html(fig))
     for name, a, figs in zip(names, analyses, per_run):
-        s = a.typed_summary
+        s = a.summary
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts.append(f'<p class="src">{html.escape(_run_line(a))}</p>')
         if tables:
             for w in s.warnings:
                 parts.append(f'<p class="warn">warning: {html.escape(str(w))}</p>')
-            parts.append(_html_table(rank_table(s)))
-        for title, fig_names, table_fn, nodata in SECTIONS:
-            present = [figs.get(k) for k in fig_names if figs.get(k) is not None]
-            if not present and nodata is None and table_fn is None:
+            parts.append(html_table(rank_table(s)))
+        for section in manifest.REPORT:
+            table_fn = table_of(section)
+            present = [figs[f.name] for f in section.figures if figs.get(f.name) is not None]
+            if not present and section.no_data is None and table_fn is None:
                 continue  # an optional section (the prediction) this run has nothing for
-            parts.append(f"<h3>{html.escape(title)}</h3>")
-            if not present and nodata:
-                parts.append(f'<p class="nodata">{html.escape(NO_DATA[nodata])}</p>')
+            parts.append(f"<h3>{html.escape(section.title)}</h3>")
+            if not present and section.no_data:
+                parts.append(f'<p class="nodata">{html.escape(section.no_data)}</p>')
                 continue
             for fig in present:
                 parts.append(figure_html(fig))
             t = table_fn(s) if (table_fn and tables) else None
             if t:
-                parts.append(_html_table(t))
+                parts.append(html_table(t))
         if tables:
             parts.append("<h3>events</h3>")
-            parts.append(_html_table(top_events(a.event_totals)))
+            parts.append(html_table(top_events(a.event_totals)))
     parts.append("<p class='src'>written by tracekit</p></body></html>")
     return "\n".join(parts)
 

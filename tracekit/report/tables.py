@@ -2,7 +2,8 @@
 
 A :data:`Table` is (title, header, rows of text cells); each output escapes the cells its own
 way (HTML, Markdown, Dash). Unknown (null) values are shown as ``–``, never 0.
-:data:`SECTIONS` is the order of one run's sections with their figures and table.
+Which sections a report shows, in which order, with which figures and table: the records of
+tracekit.analyses.manifest (``REPORT``); :func:`table_of` finds a record's table here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.analyses import manifest
 from tracekit.figures.compare import Run, compare_rows
 from tracekit.figures.pipeline import pipeline_theory_text
 from tracekit.figures.style import UNKNOWN, fmt_bytes, fmt_frac
@@ -280,25 +282,9 @@ def compare_table(runs: Sequence[Run]) -> Table:
     return "comparison", head, rows
 
 
-#: The sections of one run's report: (title, figure names, table builder, the no-data key
-#: of tracekit.figures.NO_DATA; None: the section is left out when it has no figure).
-SECTIONS: list[tuple[str, list[str], Callable[[Summary], Table | None] | None, str | None]] = [
-    ("time per rank", ["breakdown"], None, None),
-    ("timeline", ["timeline"], None, "timeline"),
-    ("pipeline", ["pipeline", "pipeline_stages"], pipeline_table, "pipeline"),
-    ("overlap of all-gather / reduce-scatter with compute", ["overlap"], overlap_table, "overlap"),
-    ("memory", ["memory"], memory_table, "memory"),
-    ("traffic", ["traffic_split", "traffic_matrix"], traffic_table, "traffic_split"),
-    (
-        "collectives",
-        ["collective_bandwidth", "collective_time"],
-        collectives_table,
-        "collective_bandwidth",
-    ),
-    (
-        "what if the network were slower (tracekit predict)",
-        ["predict_curve"],
-        None,
-        None,
-    ),
-]
+def table_of(section: manifest.Section) -> Callable[[Summary], Table | None] | None:
+    """The table builder a section's record names (tracekit.analyses.manifest), or None."""
+    if section.table is None:
+        return None
+    build: Callable[[Summary], Table | None] = globals()[section.table]
+    return build

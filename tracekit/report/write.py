@@ -1,4 +1,4 @@
-"""Writing a report: analyse the paths, pick the format's writer, write OUT atomically.
+"""Writing a report: the analyses given, the format's writer, OUT written atomically.
 
 Every format is written to a temporary name beside OUT (tracekit.outputs) and renamed, so
 nothing half-written is ever left; a failure removes the temporary file.
@@ -43,17 +43,6 @@ def default_output(fmt: str) -> Path:
     return Path(f"report.{FORMATS[fmt]}")
 
 
-def _load(paths: Sequence[Path], progress: Progress | None) -> list[Any]:
-    from tracekit.analysis import analyze
-
-    out = []
-    for i, p in enumerate(paths, 1):
-        if progress:
-            progress(f"analysing {p} ({i}/{len(paths)})")
-        out.append(analyze(p))
-    return out
-
-
 def _cannot_write(out: Path, why: str | None) -> TracekitError:
     return TracekitError(f"cannot write the report here ({why}); choose another place with -o", out)
 
@@ -82,27 +71,35 @@ def _commit(tmp: Path, out: Path) -> None:
     os.replace(tmp, out)
 
 
+def format_of(out: str | Path) -> str:
+    """The format a file name asks for: ``.pdf`` -> pdf, ``.perfetto.json`` -> perfetto,
+    ``.markdown`` -> md; html for any other name."""
+    name = Path(out).name.lower()
+    if name.endswith(".perfetto.json") or name.endswith(".trace.json"):
+        return "perfetto"
+    suffix = Path(name).suffix.lstrip(".")
+    suffix = {"htm": "html", "markdown": "md"}.get(suffix, suffix)
+    return suffix if suffix in FORMATS else "html"
+
+
 def write_report(
-    paths: Sequence[str | Path],
+    analyses: Sequence[Any],
     out: str | Path,
-    fmt: str = "html",
+    fmt: str | None = None,
     *,
-    analyses: Sequence[Any] | None = None,
     names: Sequence[str] | None = None,
     progress: Progress | None = None,
 ) -> Path:
-    """Analyse PATHS (or take ANALYSES already made) and write the report in FMT to OUT."""
+    """Write the report of ANALYSES (tracekit.analysis.Analysis: several make a comparison) in
+    FMT (default: from OUT's name, :func:`format_of`) to OUT; ``names``: how each run is shown
+    (default tracekit.runname's display names of their paths)."""
+    fmt = fmt or format_of(out)
     if fmt not in FORMATS:
         raise TracekitError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    run_paths = [Path(p) for p in paths]
-    if analyses is None:
-        if not run_paths:
-            raise TracekitError("nothing to report: give at least one run folder or trace")
-        analyses = _load(run_paths, progress)
-    else:
-        analyses = list(analyses)
-        run_paths = run_paths or [Path(a.path) for a in analyses]
-    names = list(names) if names else display_names(run_paths)
+    analyses = list(analyses)
+    if not analyses:
+        raise TracekitError("nothing to report: give at least one run folder or trace")
+    names = list(names) if names else display_names([Path(a.path) for a in analyses])
     out = Path(out)
     tmp = _atomic_target(out)
     try:
