@@ -40,17 +40,6 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from instrumented_runs import fsdp, harness
 
 
-def check_layout(world_size: int, nodes: int) -> str | None:
-    """Why (world_size, nodes) is not an HSDP layout, or None when it is."""
-    if nodes < 2:
-        return "hsdp needs --nodes K >= 2 (replicate across nodes); on one node use fsdp"
-    if world_size % nodes:
-        return f"hsdp: --nproc {world_size} does not divide by --nodes {nodes}"
-    if world_size // nodes < 2:
-        return "hsdp needs at least 2 ranks per node to shard over; with one rank per node use dp"
-    return None
-
-
 def hybrid_mesh(device_type: str, nodes: int, world_size: int) -> DeviceMesh:
     """(replicate = nodes, shard = ranks per node): row k of the mesh is node k's ranks."""
     return init_device_mesh(
@@ -59,7 +48,7 @@ def hybrid_mesh(device_type: str, nodes: int, world_size: int) -> DeviceMesh:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ctx = harness.start("hsdp", argv)  # a bad layout: refused there (check_layout, registry)
+    ctx = harness.start("hsdp", argv)  # a bad layout: refused there (tracekit.strategies.layouts)
     mesh = hybrid_mesh(ctx.device.type, ctx.args.nodes, ctx.world_size)
     ctx.strategy_options.update(shard_size=mesh.size(1), replicate_size=mesh.size(0))
     fsdp.run(ctx, mesh, ctx.rank, ctx.world_size)  # every rank trains on its own slice

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -30,24 +29,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from instrumented_runs.c10d import grad_of
+from tracekit.strategies.model_shape import GPTConfig
 from tracekit.strategies.options import PRECISIONS
 
-
-@dataclass
-class GPTConfig:
-    vocab: int = 256
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    seq_len: int = 64
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def n_params(self) -> int:
-        """Psi from the closed form in the module docstring."""
-        d, v, t, n = self.d_model, self.vocab, self.seq_len, self.n_layers
-        return v * d + t * d + n * (12 * d * d + 13 * d) + 2 * d + d * v + v
+__all__ = ["GPT", "GPTConfig"]
 
 
 class CausalSelfAttention(nn.Module):

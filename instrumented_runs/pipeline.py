@@ -349,14 +349,6 @@ def flush(runner: StageRunner, optimizer: torch.optim.Optimizer) -> float:
 # --- setting up and finishing a pipeline run ------------------------------------------------------
 
 
-def check_layout(world_size: int, nodes: int) -> str | None:
-    """Why ``world_size`` stages do not fit the model (one block at least per stage), or None."""
-    blocks = GPTConfig().n_layers
-    if world_size > blocks:
-        return f"{world_size} pipeline stages but the model has only {blocks} blocks: use --nproc <= {blocks}"
-    return None
-
-
 def setup(ctx: harness.Context, schedule: str) -> tuple[Stage, StageRunner, StageMeter]:
     """Stage of this rank, its runner and the meter the harness hooks around each step
     (memory/rank<R>.json: activations, microbatches in flight); records the pipeline options

@@ -17,11 +17,11 @@ import torch
 from conftest import ROOT, run_cli
 from corpus_reference import differences, rank_seconds
 
-from instrumented_runs.hsdp import check_layout
 from instrumented_runs.model import GPTConfig
 from instrumented_runs.single import train_single
 from tracekit import capture, runfolder
 from tracekit.capture.launch import RunOptions, run_job
+from tracekit.strategies.layouts import hsdp_mesh as check_layout
 
 pytestmark = pytest.mark.slow
 

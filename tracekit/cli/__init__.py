@@ -21,7 +21,7 @@ import click
 from tracekit.errors import TracekitError
 
 #: command -> (module, attribute): a command's module is imported when it runs or is listed, so
-#: `tracekit analyze` does not load the run side (instrumented_runs) nor `run` the analysis side
+#: `tracekit analyze` does not load the run side (the strategy modules) nor `run` the analysis side
 _COMMANDS = {
     "run": ("tracekit.cli.runs", "run_cmd"),
     "analyze": ("tracekit.cli.analysis", "analyze_cmd"),

@@ -4,7 +4,7 @@ Each field of RunOptions is one option; its metadata (:func:`option`) says where
 how it is checked and how a run name shows it. Everything else is generated from it:
 
     tracekit run's click options          tracekit.cli.run (``click_options``)
-    a strategy module's own parser        :func:`rank_parser` (instrumented_runs.harness)
+    a strategy module's own parser        :func:`rank_parser` (the run side's harness)
     the checks, launcher and ranks alike  :func:`problem`
     what the launcher passes to the ranks :func:`rank_args`
     the phrases of run names              :func:`name_phrases` (tracekit.runname)

@@ -9,24 +9,37 @@ options, layout check), the harness (options, precisions, global batch, the layo
 inside the job), tracekit.runname (through ``options``) and the analyses (pipeline schedule,
 theory family). A new strategy is its module and one entry in :data:`STRATEGIES`.
 
-The strategy modules import torch and live in the package :data:`PACKAGE`, outside tracekit:
-an entry names its module and layout check inside that package, as text (``python -m`` runs
-the module; tracekit never imports it).
+The strategy modules import torch and live in the run side's package, outside tracekit, which
+declares itself under the entry point group :data:`RUN_SIDE` (pyproject.toml): an entry names
+its module there, as text (``python -m`` runs it; tracekit never imports it). Layout checks are
+torch-free, in :mod:`tracekit.strategies.layouts`.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from tracekit.strategies import options, schedules
+from tracekit.strategies import layouts, options, schedules
 
 BOTH = options.PRECISIONS
 DEFAULT_GLOBAL_BATCH = 8
-#: the package of the strategy modules (each rank runs ``python -m PACKAGE.<module>``)
-PACKAGE = "instrumented_runs"
+#: the entry point group under which the run side names the package of its strategy modules
+RUN_SIDE = "tracekit.run_side"
+
+
+def strategy_package() -> str:
+    """The package of the strategy modules (each rank runs ``python -m <package>.<module>``)."""
+    found = [ep.value for ep in importlib.metadata.entry_points(group=RUN_SIDE)]
+    if len(found) != 1:
+        raise LookupError(
+            f"no single run side installed (entry point group {RUN_SIDE!r} lists {found}): "
+            "install tracekit from its checkout (pip install -e .)"
+        )
+    return found[0]
 
 
 @dataclass(frozen=True)
@@ -36,18 +49,17 @@ class Strategy:
     name: str
     """Its name on the command line and in run.json ``strategy``."""
     module: str
-    """Its module in :data:`PACKAGE`, which every rank runs (``python -m``, :attr:`entry`); its
+    """Its module in the run side's package (:func:`strategy_package`), which every rank runs (``python -m``, :attr:`entry`); its
     ``main(argv)`` calls the harness."""
     uses: frozenset[str] = frozenset()
     """The optional options it takes (RunOptions fields marked ``optional``): microbatches,
     prefetch. Every other strategy refuses them."""
     precisions: tuple[str, ...] = ("fp32",)
     """The ``--precision`` values it implements."""
-    layout: str | None = None
-    """``"module:function"`` in :data:`PACKAGE`, ``(world_size, nodes) -> why that layout
-    cannot run, or None``: checked by the launcher before it starts anything (one line, exit 2)
-    and by the harness before joining the process group. A name, not the function: strategy
-    modules import torch."""
+    layout: Callable[[int, int], str | None] | None = None
+    """``(world_size, nodes) -> why that layout cannot run, or None``
+    (:mod:`tracekit.strategies.layouts`): checked by the launcher before it starts anything
+    (one line, exit 2) and by the harness before joining the process group."""
     splits_batch: bool = True
     """The global batch is divided among the ranks (data parallel); pipelines divide it into
     microbatches instead and check that themselves."""
@@ -75,28 +87,20 @@ class Strategy:
             f"demo option {k!r} unknown" for run in self.demo for k in run if k not in known
         ]
         if not self.module.isidentifier():
-            problems.append(f"module {self.module!r} is not a module name in {PACKAGE}")
+            problems.append(f"module {self.module!r} is not a module name")
         if self.schedule is not None and self.schedule not in schedules.SCHEDULES:
             problems.append(f"schedule {self.schedule!r} unknown")
-        if self.layout is not None and self.layout.count(":") != 1:
-            problems.append(f"layout {self.layout!r} is not module:function")
         if problems:
             raise ValueError(f"strategy {self.name}: {'; '.join(problems)}")
 
     @property
     def entry(self) -> str:
         """The module every rank runs: ``python -m <entry>``."""
-        return f"{PACKAGE}.{self.module}"
+        return f"{strategy_package()}.{self.module}"
 
     def layout_problem(self, world_size: int, nodes: int) -> str | None:
-        """Why ``world_size`` ranks on ``nodes`` nodes cannot run this strategy, or None (the
-        check imports its strategy module: call it where torch may be imported)."""
-        if self.layout is None:
-            return None
-        module, function = self.layout.split(":")
-        check = getattr(importlib.import_module(f"{PACKAGE}.{module}"), function)
-        problem: str | None = check(world_size, nodes)
-        return problem
+        """Why ``world_size`` ranks on ``nodes`` nodes cannot run this strategy, or None."""
+        return None if self.layout is None else self.layout(world_size, nodes)
 
 
 def _demo(*runs: dict[str, Any]) -> tuple[MappingProxyType[str, Any], ...]:
@@ -108,7 +112,7 @@ def _pipeline(name: str, module: str, schedule: str) -> Strategy:
         name,
         module,
         uses=frozenset({"microbatches"}),
-        layout="pipeline:check_layout",
+        layout=layouts.pipeline_stages,
         splits_batch=False,
         # 8 sequences per microbatch at m = 8: with 1-sequence microbatches a forward is mostly
         # Python overhead and gloo's per-message latency rivals it (measured, p=4, m=8, 2 cores
@@ -158,7 +162,7 @@ STRATEGIES = _by_name(
         "hsdp",
         uses=frozenset({"prefetch"}),
         precisions=BOTH,
-        layout="hsdp:check_layout",
+        layout=layouts.hsdp_mesh,
         theory="zero3",
         demo=_demo({"nproc": 4, "nodes": 2, "steps": 3}),
     ),
