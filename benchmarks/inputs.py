@@ -24,9 +24,11 @@ from corpus_path import corpus
 
 HERE = Path(__file__).resolve().parent
 
+
 def _source() -> Path:
     """HTA's nccl_data (2 A100 ranks of an NCCL job) in the corpus (TRACEKIT_CORPUS)."""
     return corpus("hta", "nccl_parser_config", "nccl_data.json.gz")
+
 
 VERSION = "3"  # bump when the generator changes: cached inputs are rebuilt
 RANKS = 8

@@ -60,6 +60,7 @@ def _sources(source: str) -> list[Path]:
     paths = SOURCES[source]
     return [corpus(*p.parts) for p in paths] if source == "hta" else paths
 
+
 MIB = 2**20
 
 

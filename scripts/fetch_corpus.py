@@ -57,7 +57,9 @@ def content(entry: dict, base: str, opener: Opener, archives: dict[str, bytes]) 
         raise Refused(f"{url}: {getattr(err, 'reason', err)}") from None
     if "member" not in entry:
         if _sha(raw) != entry["sha256"]:
-            raise Refused(f"{url}: sha256 {_sha(raw)[:12]}… is not the manifest's {entry['sha256'][:12]}…")
+            raise Refused(
+                f"{url}: sha256 {_sha(raw)[:12]}… is not the manifest's {entry['sha256'][:12]}…"
+            )
         return raw
     try:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:

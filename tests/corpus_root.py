@@ -53,4 +53,4 @@ HTA_TRACES = (
     "trace_filter/sampled_rank-0.json.gz",
     "trace_filter/sampled_rank-1.json.gz",
 )
-HTA_FOLDERS = tuple(sorted({t.split("/")[0] for t in HTA_TRACES}))
+HTA_FOLDERS = tuple(sorted({t.rsplit("/", 1)[0] for t in HTA_TRACES}))  # critical_path/alexnet

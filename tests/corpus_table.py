@@ -105,9 +105,18 @@ def analysed(case: Case) -> tuple[Analysis, tuple[Row, ...]]:
         rank = ref.rank if ref.rank is not None and len(case.files) > 1 else None
         got = by_rank[rank] if rank is not None else next(iter(by_rank.values()))
         rows.append(
-            Row(case.name, f.name, _device(trace), len(case.files), got.rank,
-                100 * got.idle_s / got.span_s, 100 * got.compute_s / got.span_s,
-                ref.idle_pct, ref.compute_pct, shows_device(trace))  # fmt: skip
+            Row(
+                case.name,
+                f.name,
+                _device(trace),
+                len(case.files),
+                got.rank,
+                100 * got.idle_s / got.span_s,
+                100 * got.compute_s / got.span_s,
+                ref.idle_pct,
+                ref.compute_pct,
+                shows_device(trace),
+            )
         )
     return result, tuple(rows)
 

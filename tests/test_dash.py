@@ -20,10 +20,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import corpus_root
 import pytest
 from builders.analyses import big_analysis, synthetic_analysis
 from builders.traces import XSS, xss_trace_folder
-import corpus_root
 from conftest import HTA, serve_flask
 
 from tracekit import runfolder

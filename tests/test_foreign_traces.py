@@ -71,7 +71,7 @@ def warned(result, *needles: str) -> list[str]:
     [
         ("trace_filter", ["ranks 2-127 of world size 128 (distributedInfo) have no trace"]),
         ("nccl_parser_config", ["rank 1 of world size 2 (distributedInfo) has no trace"]),
-        ("critical_path", ["no ProfilerStep markers in benchmark_result", "whole trace"]),
+        ("critical_path/alexnet", ["no ProfilerStep markers in benchmark_result", "whole trace"]),
         (
             "amd_trace",
             ["no distributedInfo in mi250_minitoy", "world size and process groups unknown"],
@@ -100,7 +100,7 @@ def test_every_hta_folder_is_covered(tmp_path: Path) -> None:
     covered = {
         "trace_filter",
         "nccl_parser_config",
-        "critical_path",
+        "critical_path/alexnet",
         "amd_trace",
         "distributed_info_unavailable",
         "cpu_only",

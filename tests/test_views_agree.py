@@ -160,7 +160,7 @@ def test_unknown_sizes_are_null_not_zero(tmp_path):
     assert co.per_op and all(r.unknown_size == r.count for r in co.per_op)
     for r in co.per_op:
         for k in ("bytes", "rank_bytes", "call_bytes", "wire_bytes", "algbw_gbps", "busbw_gbps"):
-            assert r[k] is None, k
+            assert getattr(r, k) is None, k
     assert co.bytes is None and co.ideal_bytes_per_rank is None
     vol = a.summary.volume
     if vol:
