@@ -1,5 +1,5 @@
 """The public trace corpus for the benchmarks: the folder TRACEKIT_CORPUS names, as for the tests
-(tests/corpus_root.py; get it with `python scripts/fetch_corpus.py DEST`, docs/corpus.md)."""
+(tests/builders/corpus_root.py; get it with `python scripts/fetch_corpus.py DEST`, docs/corpus.md)."""
 
 from __future__ import annotations
 

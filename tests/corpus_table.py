@@ -166,7 +166,7 @@ def with_table(docs: str, root: Path) -> str:
 
 
 def main() -> int:
-    import corpus_root
+    from builders import corpus_root
 
     why = corpus_root.missing()
     if why:

@@ -4,7 +4,7 @@ every case of the public corpus (tests/corpus_table.py: each Kineto trace alone,
 and each folder with an execution trace as the folder), and docs/corpus.md's table is what
 `python tests/corpus_table.py` writes.
 
-The corpus is the folder TRACEKIT_CORPUS names (tests/corpus_root.py); without it this module
+The corpus is the folder TRACEKIT_CORPUS names (tests/builders/corpus_root.py); without it this module
 skips, with one line saying how to get it. Its miniature schema variants, which run without the
 corpus, are tests/test_schema_variants.py.
 
@@ -16,8 +16,8 @@ on a trace that has no gloo in it.
 
 from __future__ import annotations
 
-import corpus_root
 import pytest
+from builders import corpus_root
 
 corpus_root.require()  # skips the whole module without the corpus
 

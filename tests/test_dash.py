@@ -20,8 +20,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-import corpus_root
 import pytest
+from builders import corpus_root
 from builders.analyses import big_analysis, synthetic_analysis
 from builders.traces import XSS, xss_trace_folder
 from conftest import HTA, serve_flask

@@ -14,8 +14,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-import corpus_root
 import pytest
+from builders import corpus_root
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "fetch_corpus.py"

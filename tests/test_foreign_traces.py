@@ -12,9 +12,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from builders.corpus_root import HTA_FOLDERS
 from builders.traces import read_gz, write_trace
 from conftest import HTA, SAMPLES, run_cli, torchrun
-from corpus_root import HTA_FOLDERS
 
 from tracekit.analysis import analyze
 from tracekit.errors import TracekitError

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from builders.corpus_root import HTA_FOLDERS
 from builders.damage import SEEDS, damaged, seed_traces
 from builders.traces import CPU_ONLY, NCCL_DATA, small_trace
 from conftest import HTA, torchrun
-from corpus_root import HTA_FOLDERS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
+from builders.corpus_root import HTA_TRACES
 from builders.damage import SEEDS, damaged
 from conftest import HTA
-from corpus_root import HTA_TRACES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from builders.corpus_root import HTA_FOLDERS
 from conftest import HTA, ROOT, SAMPLES
-from corpus_root import HTA_FOLDERS
 
 from tracekit import theory
 from tracekit.analysis import analyze

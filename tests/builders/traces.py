@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from corpus_root import HTA as _CORPUS_HTA
+from .corpus_root import HTA as _CORPUS_HTA
 
 XSS = "<img src=x onerror=alert(1)>"
-#: HolisticTraceAnalysis's traces in the public corpus (tests/corpus_root.py; MIT: see
+#: HolisticTraceAnalysis's traces in the public corpus (tests/builders/corpus_root.py; MIT: see
 #: tests/data/corpus/hta/README.md): a test that reads them is marked ``pytest.mark.corpus``
 HTA = _CORPUS_HTA
 TRACE_FILTER = HTA / "trace_filter"
