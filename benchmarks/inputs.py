@@ -1,6 +1,6 @@
 """Benchmark inputs: real Kineto traces replicated into 8-rank jobs.
 
-- ``replicated``: 8 copies of tests/data/corpus/hta/nccl_parser_config/nccl_data.json.gz (a real
+- ``replicated``: 8 copies of $TRACEKIT_CORPUS/hta/nccl_parser_config/nccl_data.json.gz (a real
   2-rank A100/NCCL trace, rank 0: 9.8 MB of JSON, 40,573 events), ranks renumbered 0..7
   (``distributedInfo.rank``, ``world_size``, ``pg_config`` and the file name ``rank<R>.json.gz``).
 - ``large``: the same, each rank's events repeated ``copies`` times one after another in time
@@ -20,10 +20,16 @@ import json
 import shutil
 from pathlib import Path
 
+from corpus_path import corpus
+
 HERE = Path(__file__).resolve().parent
-SOURCE = (
-    HERE.parent / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
-)
+
+
+def _source() -> Path:
+    """HTA's nccl_data (2 A100 ranks of an NCCL job) in the corpus (TRACEKIT_CORPUS)."""
+    return corpus("hta", "nccl_parser_config", "nccl_data.json.gz")
+
+
 VERSION = "3"  # bump when the generator changes: cached inputs are rebuilt
 RANKS = 8
 CASES = {"replicated": 1, "large": 3}  # case -> copies of the events in time
@@ -131,12 +137,12 @@ def build(case: str, root: Path | None = None, ranks: int = RANKS) -> Path:
     """The folder of ``case``'s trace files, built if missing or stale; returns its path."""
     folder = (root or HERE / "data") / case
     stamp = folder / ".version"
-    want = f"{VERSION} {ranks} {SOURCE.stat().st_size}"
+    want = f"{VERSION} {ranks} {_source().stat().st_size}"
     if stamp.is_file() and stamp.read_text() == want:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    raw = gzip.decompress(SOURCE.read_bytes()).decode()
+    raw = gzip.decompress(_source().read_bytes()).decode()
     source = json.loads(raw)
     if CASES[case] == 1:  # the real file's own text, only the rank's lines rewritten
         for r in range(ranks):

@@ -1,7 +1,7 @@
 """How the driver's time and memory grow with the number of ranks: in-process and on Dask.
 
 Inputs (built in a temp dir by benchmarks/renumber.py, one rank count at a time, deleted after):
-- ``hta`` (default): tests/data/corpus/hta/nccl_parser_config/nccl_data.json.gz, a real 2-rank
+- ``hta`` (default): $TRACEKIT_CORPUS/hta/nccl_parser_config/nccl_data.json.gz, a real 2-rank
   A100/NCCL trace (rank 0: 9.8 MB of JSON, 40,573 events) copied to every rank, renumbered;
   the trace issue #17's first scale numbers were measured on.
 - ``dp``: sample_traces/dp/traces/rank{0,1}.json.gz (real gloo CPU ranks, 3.7 MB of JSON each),
@@ -46,15 +46,21 @@ sys.path.insert(0, str(HERE))
 
 import measure  # noqa: E402
 import renumber  # noqa: E402
+from corpus_path import corpus  # noqa: E402
 from scaling import slope  # noqa: E402
 
 SOURCES = {
-    "hta": [
-        ROOT / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
-    ],
+    "hta": [Path("hta", "nccl_parser_config", "nccl_data.json.gz")],  # in TRACEKIT_CORPUS
     "dp": sorted((ROOT / "sample_traces" / "dp" / "traces").glob("rank*.json.gz")),
 }
 ENGINES = ("in-process", "dask")
+
+
+def _sources(source: str) -> list[Path]:
+    paths = SOURCES[source]
+    return [corpus(*p.parts) for p in paths] if source == "hta" else paths
+
+
 MIB = 2**20
 
 
@@ -106,7 +112,7 @@ def run(source: str, counts: list[int], engines: list[str], rounds: int) -> list
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tracekit-scale-")))
         for n in counts:
             folder = tmp / f"ranks{n}"
-            files = renumber.build(SOURCES[source], n, folder)
+            files = renumber.build(_sources(source), n, folder)
             size = {
                 "gz_bytes": sum(f.stat().st_size for f in files),
                 "json_bytes": json_bytes(files),

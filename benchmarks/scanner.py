@@ -9,7 +9,7 @@ setup.py compiles the scanner (``-O2``) into a temporary folder and loaded side 
 input is read (and gunzipped) once; then every round scans every input with A, then B, then
 B, then A (so a change of load hits both alike), and the table gives, per input, the median
 scan time of each build and B/A. Default inputs: the traces of tests/data/gpu, the largest
-trace under ``$TRACEKIT_CORPUS`` (or tests/data/corpus) and sample_traces/dp. Wall times on a
+trace under ``$TRACEKIT_CORPUS`` (benchmarks/corpus_path.py) and sample_traces/dp. Wall times on a
 shared machine swing: run it on a quiet one (``uptime`` is printed).
 """
 
@@ -28,6 +28,9 @@ from types import ModuleType
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import corpus_path  # noqa: E402
 
 
 def build(source: Path, where: Path, tag: str) -> ModuleType:
@@ -49,7 +52,7 @@ def build(source: Path, where: Path, tag: str) -> ModuleType:
 
 
 def default_inputs() -> list[Path]:
-    corpus = Path(os.environ.get("TRACEKIT_CORPUS") or ROOT / "tests" / "data" / "corpus")
+    corpus = corpus_path.corpus()
     traces = [p for p in corpus.rglob("*.json*") if p.is_file()]
     biggest = sorted(traces, key=lambda p: p.stat().st_size)[-1:]
     gpu = sorted((ROOT / "tests" / "data" / "gpu").glob("*/traces/rank*.json*"))

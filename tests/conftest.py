@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import corpus_root
 from builders.traces import HTA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,3 +243,10 @@ def serve_flask(flask_app):  # noqa: ANN001 - a Flask app (the Dash app's .serve
     finally:
         srv.shutdown()
         thread.join(timeout=10)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``corpus`` needs TRACEKIT_CORPUS; without it it skips before any fixture is
+    set up, with the one reason tests/builders/corpus_root.py gives (the only skip the corpus causes)."""
+    if item.get_closest_marker("corpus") is not None:
+        corpus_root.require()

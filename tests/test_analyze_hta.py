@@ -32,6 +32,7 @@ def percentages(rank: Rank) -> tuple[float, float, float, float]:
     )
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("folder", ["trace_filter", "nccl_parser_config"])
 def test_breakdown_matches_hta_within_two_points(folder):
     result = analyze(HTA / folder)
@@ -45,6 +46,7 @@ def test_breakdown_matches_hta_within_two_points(folder):
             assert abs(g - e) <= 2.0, f"{folder} rank {rank} {what}: {g:.2f} vs HTA {e:.2f}"
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("folder", ["trace_filter", "nccl_parser_config"])
 def test_every_number_on_gpu_traces_recomputed_from_the_events(folder):
     """Span, compute, comm, overlap, exposed comm, other and idle of each rank, against the same
@@ -56,6 +58,7 @@ def test_every_number_on_gpu_traces_recomputed_from_the_events(folder):
         assert r.comm_s > 0 and r.overlap_s > 0 and r.idle_s > 0
 
 
+@pytest.mark.corpus
 def test_cpu_only_gloo_trace_is_analysed():
     """HTA fails on this one. It has one ProfilerStep marker, complete on CPU; its gloo threads
     are misnamed pt_main_thread, so they are found as runloop threads by their content."""

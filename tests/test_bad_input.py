@@ -297,6 +297,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+@pytest.mark.corpus
 @settings(
     max_examples=30,
     deadline=None,

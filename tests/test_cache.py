@@ -40,6 +40,7 @@ def fresh() -> tuple[list, pl.DataFrame]:
     return read_traces(TRACE_FILTER, workers=1, cache=False)
 
 
+@pytest.mark.corpus
 def test_entries_are_written_to_the_cache_folder_and_read_back_identical(
     traces, fresh, monkeypatch
 ):
@@ -65,6 +66,7 @@ def test_entries_are_written_to_the_cache_folder_and_read_back_identical(
     assert meta["path"] == str(traces[0].resolve())
 
 
+@pytest.mark.corpus
 def test_a_changed_trace_is_parsed_again(traces, monkeypatch):
     read_traces(traces, workers=1, cache=True)
     stat = traces[0].stat()
@@ -77,6 +79,7 @@ def test_a_changed_trace_is_parsed_again(traces, monkeypatch):
     )
 
 
+@pytest.mark.corpus
 def test_entries_of_other_code_or_damaged_are_ignored(traces, fresh, monkeypatch):
     read_traces(traces, workers=1, cache=True)
     cache.in_dir(traces[0]).write_bytes(b"PAR1 not really parquet")
@@ -90,6 +93,7 @@ def test_entries_of_other_code_or_damaged_are_ignored(traces, fresh, monkeypatch
     assert_frame_equal(events, fresh[1])
 
 
+@pytest.mark.corpus
 def test_trace_folders_are_never_written(traces, tmp_path):
     """Analysing writes entries into the cache folder only: a folder of traces (shared, another
     user's, read-only) is left as it is."""
@@ -113,6 +117,7 @@ def test_trace_folders_are_never_written(traces, tmp_path):
     assert json.loads((out / "summary.json").read_text())["ranks"] == summary["ranks"]
 
 
+@pytest.mark.corpus
 def test_no_cache_option_writes_none(traces, tmp_path):
     out = tmp_path / "out"
     proc = run_cli("analyze", str(traces[0].parent), "--out", str(out), "--no-cache")
@@ -121,6 +126,7 @@ def test_no_cache_option_writes_none(traces, tmp_path):
     assert not list(cache_paths.default_dir().glob("*.events.parquet"))
 
 
+@pytest.mark.corpus
 def test_the_python_api_reads_entries_but_writes_none_by_default(traces, monkeypatch):
     analyze(traces[0].parent)
     assert not list(cache_paths.default_dir().glob("*.events.parquet"))
@@ -132,6 +138,7 @@ def test_the_python_api_reads_entries_but_writes_none_by_default(traces, monkeyp
     assert parsed == [] and [r.rank for r in result.summary.ranks] == [0, 1]
 
 
+@pytest.mark.corpus
 def test_workers_store_entries_too(traces, fresh):
     """The spawned-worker path parses, stores and ships frames back like the in-process one."""
     infos, events = read_traces(traces, workers=2, cache=True)
@@ -162,6 +169,7 @@ def test_ingest_at_source(tmp_path, monkeypatch):
     assert write_events_parquet(bad) is None
 
 
+@pytest.mark.corpus
 def test_the_cache_folder_is_capped_least_recently_used_first(traces):
     read_traces(traces, workers=1, cache=True)
     a, b = (cache.in_dir(t) for t in traces)
@@ -174,6 +182,7 @@ def test_the_cache_folder_is_capped_least_recently_used_first(traces):
     assert a.exists() and not b.exists()
 
 
+@pytest.mark.corpus
 def test_a_bad_cache_cap_is_one_line(traces, tmp_path):
     proc = run_cli(
         "analyze",

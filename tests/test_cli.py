@@ -77,6 +77,7 @@ def read_only_traces(tmp_path):
     folder.chmod(0o755)
 
 
+@pytest.mark.corpus
 def test_unwritable_output_suggests_out(read_only_traces):
     proc = run_cli(
         "analyze", str(read_only_traces), "--out", str(read_only_traces.parent / "a"), as_user=True
@@ -84,6 +85,7 @@ def test_unwritable_output_suggests_out(read_only_traces):
     assert_one_line_error(proc, "--out")
 
 
+@pytest.mark.corpus
 def test_read_only_input_folder_needs_out_and_works_with_it(read_only_traces, tmp_path):
     """Writing beside a read-only folder fails clearly, --out works, the cache goes to the
     cache folder: the archive is left as it was."""

@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from builders import corpus_root
 from builders.analyses import big_analysis, synthetic_analysis
 from builders.traces import XSS, xss_trace_folder
 from conftest import HTA, serve_flask
@@ -46,6 +47,7 @@ MEASURED: dict[str, str] = {}
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
+    corpus_root.require()  # trace_filter: the tests on this root skip without the corpus
     base = tmp_path_factory.mktemp("dash")
     root = base / "root"
     root.mkdir()
@@ -730,6 +732,7 @@ def test_trace_strings_are_text(page, server):
 # ---------------------------------------------------------------- the HTML report, offline
 
 
+@pytest.mark.corpus
 def test_html_report_draws_offline(page, tmp_path):
     from tracekit.analysis import analyze
 

@@ -13,16 +13,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import serve_flask
+from conftest import HTA, serve_flask
 
 from tracekit import figures as F
 from tracekit.analysis import analyze
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
-HTA = REPO / "tests" / "data" / "corpus" / "hta"
 COLUMNS = [
     "run",
     "strategy",

@@ -76,6 +76,7 @@ def test_every_figure_on_the_synthetic_analysis(syn):
     assert len(figs["pipeline_stages"].data) == 4
 
 
+@pytest.mark.corpus
 def test_compare_figures(syn, real):
     runs = [("gpipe", syn.summary), ("trace_filter", real.summary)]
     figs = F.compare_figures(runs)
@@ -86,6 +87,7 @@ def test_compare_figures(syn, real):
     assert rows[1]["model_states_bytes"] is None and rows[0]["model_states_bytes"] == 16 * 2**20
 
 
+@pytest.mark.corpus
 def test_missing_sections_give_none(real):
     figs = F.figures_for(real)
     for name in (
@@ -101,6 +103,7 @@ def test_missing_sections_give_none(real):
     assert figs["breakdown"] is not None and figs["timeline"] is not None
 
 
+@pytest.mark.corpus
 def test_real_trace_figures(real):
     figs = F.figures_for(real)
     assert [t.x for t in figs["breakdown"].data][0] == ("rank 0", "rank 1")

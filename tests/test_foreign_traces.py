@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from builders.corpus_root import HTA_FOLDERS
 from builders.traces import read_gz, write_trace
 from conftest import HTA, SAMPLES, run_cli, torchrun
 
@@ -64,12 +65,13 @@ def warned(result, *needles: str) -> list[str]:
 # --- HTA's folders: use what is there, say what is missing ------------------------------------
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize(
     "folder, needles",
     [
         ("trace_filter", ["ranks 2-127 of world size 128 (distributedInfo) have no trace"]),
         ("nccl_parser_config", ["rank 1 of world size 2 (distributedInfo) has no trace"]),
-        ("critical_path", ["no ProfilerStep markers in benchmark_result", "whole trace"]),
+        ("critical_path/alexnet", ["no ProfilerStep markers in benchmark_result", "whole trace"]),
         (
             "amd_trace",
             ["no distributedInfo in mi250_minitoy", "world size and process groups unknown"],
@@ -93,22 +95,27 @@ def test_hta_folders_say_what_is_missing(folder: str, needles: list[str]) -> Non
     assert all("\n" not in w for w in result.summary.warnings)
 
 
-def test_every_hta_folder_is_covered() -> None:
+@pytest.mark.corpus
+def test_every_hta_folder_is_covered(tmp_path: Path) -> None:
     covered = {
         "trace_filter",
         "nccl_parser_config",
-        "critical_path",
+        "critical_path/alexnet",
         "amd_trace",
         "distributed_info_unavailable",
         "cpu_only",
         "rank_unavailable",
     }
-    assert {p.name for p in HTA.iterdir() if p.is_dir()} == covered
+    assert set(HTA_FOLDERS) == covered and all((HTA / f).is_dir() for f in covered)
     # all of them at once: unrelated single traces, several without a rank: a clear refusal
+    together = tmp_path / "hta"
+    for f in covered:
+        shutil.copytree(HTA / f, together / f)
     with pytest.raises(TracekitError, match="no rank in distributedInfo or file name, and several"):
-        analyze(HTA)
+        analyze(together)
 
 
+@pytest.mark.corpus
 def test_hta_trace_filter_through_the_cli(tmp_path: Path) -> None:
     proc = run_cli("analyze", str(HTA / "trace_filter"), "--out", str(tmp_path / "a"))
     assert proc.returncode == 0, proc.stderr
@@ -206,6 +213,7 @@ def test_two_traces_claim_one_rank_at_the_same_time(tmp_path: Path) -> None:
 # --- mixed jobs ---------------------------------------------------------------------------------
 
 
+@pytest.mark.corpus
 def test_mixed_world_sizes(tmp_path: Path) -> None:
     shutil.copy(DP / "rank1.json.gz", tmp_path / "rank1.json.gz")
     shutil.copy(

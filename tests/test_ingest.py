@@ -17,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from builders.corpus_root import HTA_FOLDERS
 from builders.damage import SEEDS, damaged, seed_traces
 from builders.traces import CPU_ONLY, NCCL_DATA, small_trace
 from conftest import HTA, torchrun
@@ -53,7 +54,8 @@ def rows(frame: pl.DataFrame, name: str) -> pl.DataFrame:
 # --- every HTA folder ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("folder", sorted(p.name for p in HTA.iterdir() if p.is_dir()))
+@pytest.mark.corpus
+@pytest.mark.parametrize("folder", HTA_FOLDERS)
 def test_every_hta_folder_parses_or_fails_clearly(folder: str) -> None:
     files = find_trace_files(HTA / folder)
     assert files
@@ -67,6 +69,7 @@ def test_every_hta_folder_parses_or_fails_clearly(folder: str) -> None:
     assert frame.height == sum(frame["rank"].value_counts()["count"])
 
 
+@pytest.mark.corpus
 def test_trace_filter_two_ranks() -> None:
     infos, frame = read_traces(TRACE_FILTER, workers=2)
     check_frame(frame)
@@ -95,6 +98,7 @@ def test_trace_filter_two_ranks() -> None:
     assert 1_682_725_000_000_000_000 < first < 1_682_726_000_000_000_000
 
 
+@pytest.mark.corpus
 def test_nccl_data_record_param_comms() -> None:
     info, frame = read_trace(NCCL_DATA)
     check_frame(frame)
@@ -131,6 +135,7 @@ def test_nccl_data_record_param_comms() -> None:
     assert names == ["thread 2919752 (pt_main_thread) | thread 2919752 (pt_autograd_0)"]
 
 
+@pytest.mark.corpus
 def test_cpu_only_gloo_rank_34() -> None:
     info, frame = read_trace(CPU_ONLY)
     check_frame(frame)
@@ -152,6 +157,7 @@ def test_cpu_only_gloo_rank_34() -> None:
     assert frame["start_ns"].min() > info.base_ns
 
 
+@pytest.mark.corpus
 def test_amd_trace_rank_default_not_from_digits() -> None:
     info, frame = read_trace(AMD)
     check_frame(frame)
@@ -164,6 +170,7 @@ def test_amd_trace_rank_default_not_from_digits() -> None:
     assert frame.filter(pl.col("device") == "cpu")["stream"].is_null().all()
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("path", [NO_RANK, NO_DIST])
 def test_traces_without_rank(path: Path) -> None:
     info, frame = read_trace(path)
@@ -174,6 +181,7 @@ def test_traces_without_rank(path: Path) -> None:
         read_traces([NO_RANK, NO_DIST], workers=1)
 
 
+@pytest.mark.corpus
 def test_alexnet_sync_events() -> None:
     info, frame = read_trace(ALEXNET)
     check_frame(frame)
@@ -182,6 +190,7 @@ def test_alexnet_sync_events() -> None:
     assert sync["stream"].is_not_null().all() and info.rank == 0
 
 
+@pytest.mark.corpus
 def test_parse_time_nccl_data() -> None:
     """A loose guard against pathological slowdowns (about 0.15 s here; HTA needs ~0.8 s)."""
     read_trace(NCCL_DATA)
@@ -323,6 +332,7 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
     expect_error(write(tmp_path / "rank2.json.gz", gzip.compress(b"")), "empty")
 
 
+@pytest.mark.corpus
 def test_damaged_gzip(tmp_path: Path) -> None:
     blob = CPU_ONLY.read_bytes()
     expect_error(write(tmp_path / "cut.json.gz", blob[: len(blob) // 2]), "truncated gzip")
@@ -332,6 +342,7 @@ def test_damaged_gzip(tmp_path: Path) -> None:
     expect_error(write(tmp_path / "bad.json.gz", bytes(bad)), "gzip")
 
 
+@pytest.mark.corpus
 def test_gzip_members_and_trailer_sizes(tmp_path: Path) -> None:
     """Several gzip members are one file; the output buffer's first size comes from the last
     member's trailer, so a trailer that understates or overstates the size must not matter."""
@@ -346,6 +357,7 @@ def test_gzip_members_and_trailer_sizes(tmp_path: Path) -> None:
     expect_error(write(tmp_path / "lying.rank1.json.gz", bytes(big)), "gzip")
 
 
+@pytest.mark.corpus
 def test_gunzip_in_slices_is_gzip_decompress() -> None:
     """The input goes to zlib in 8 KB slices: members that end inside a slice or exactly at
     its end, empty members, zero padding and any first buffer size give gzip's own output;
@@ -385,6 +397,7 @@ def test_gzip_bomb_stops_near_the_limit_whatever_the_trailer_says() -> None:
         assert peak < 16 * 2**20, peak  # limit + a few 2 MB zlib outputs
 
 
+@pytest.mark.corpus
 def test_damaged_json(tmp_path: Path) -> None:
     text = json.dumps(small_trace()).encode()
     expect_error(write(tmp_path / "cut.json", text[: len(text) // 2]), "not valid JSON")
@@ -410,6 +423,7 @@ def test_damaged_json(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.corpus
 def test_bad_durations_are_dropped_with_one_warning(tmp_path: Path) -> None:
     trace = small_trace()
     xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
@@ -426,6 +440,7 @@ def test_bad_durations_are_dropped_with_one_warning(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.corpus
 def test_huge_integers(tmp_path: Path) -> None:
     trace = small_trace()
     xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
@@ -451,6 +466,7 @@ def test_huge_integers(tmp_path: Path) -> None:
     assert frame.height == 15 and len(info.warnings) == 1
 
 
+@pytest.mark.corpus
 def test_collective_sizes_that_overflow_are_null(tmp_path: Path) -> None:
     trace = seed_traces()[1]
     comm = [e for e in trace["traceEvents"] if "Collective name" in e.get("args", {})]
@@ -463,6 +479,7 @@ def test_collective_sizes_that_overflow_are_null(tmp_path: Path) -> None:
     assert sizes.filter(pl.col("bytes").is_not_null()).height == len(comm) - 2
 
 
+@pytest.mark.corpus
 def test_rank_sources(tmp_path: Path) -> None:
     trace = small_trace()
     del trace["distributedInfo"]
@@ -486,6 +503,7 @@ def test_rank_sources(tmp_path: Path) -> None:
     assert info.rank == 34 and any("file name says rank 7" in w for w in info.warnings)
 
 
+@pytest.mark.corpus
 def test_two_files_same_rank(tmp_path: Path) -> None:
     copy = write(tmp_path / "copy.json.gz", CPU_ONLY.read_bytes())
     with pytest.raises(TracekitError, match="rank 34 is claimed") as caught:
@@ -493,6 +511,7 @@ def test_two_files_same_rank(tmp_path: Path) -> None:
     assert str(copy) in str(caught.value) or str(CPU_ONLY) in str(caught.value)
 
 
+@pytest.mark.corpus
 def test_worker_error_reaches_caller_intact(tmp_path: Path) -> None:
     bad = write(tmp_path / "rank1.json.gz", CPU_ONLY.read_bytes()[:500])
     with pytest.raises(TracekitError) as caught:
@@ -508,6 +527,7 @@ def test_small_inputs_parse_without_a_pool() -> None:
     assert _default_workers([NCCL_DATA]) == 1
 
 
+@pytest.mark.corpus
 def test_trace_info_is_plain_data() -> None:
     info, _ = read_trace(CPU_ONLY)
     assert isinstance(info, TraceInfo) and isinstance(info.path, Path)
@@ -517,6 +537,7 @@ def test_trace_info_is_plain_data() -> None:
 # --- property: damaged real traces never raise anything but TracekitError ---------------------
 
 
+@pytest.mark.corpus
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_damaged_traces_parse_or_raise_tracekit_error(

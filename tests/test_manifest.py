@@ -85,7 +85,13 @@ def test_every_section_with_figures_is_shown() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [SAMPLES / "pp-1f1b", SAMPLES / "hsdp", HTA / "nccl_parser_config"], ids=str
+    "path",
+    [
+        SAMPLES / "pp-1f1b",
+        SAMPLES / "hsdp",
+        pytest.param(HTA / "nccl_parser_config", marks=pytest.mark.corpus),
+    ],
+    ids=str,
 )
 def test_sections_return_their_struct_and_declared_frames(path) -> None:
     """On real runs: each section's value is its Struct (or null), each frame it returns is one

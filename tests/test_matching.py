@@ -13,6 +13,7 @@ from pathlib import Path
 import groups_job as job
 import polars as pl
 import pytest
+from builders.traces import NCCL_DATA
 from conftest import torchrun
 
 from tracekit import runfolder
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DP = REPO / "sample_traces" / "dp"
-NCCL_TRACE = REPO / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+NCCL_TRACE = NCCL_DATA
 S = job.ELEMS * 4  # bytes of the job's float32 tensor
 
 
@@ -209,6 +210,7 @@ def test_without_dumps_several_groups_warns(groups_run: Path, tmp_path: Path) ->
     assert per_op["send"].time_basis == "transfer"  # p2p is matched by (src, dst, k) regardless
 
 
+@pytest.mark.corpus
 def test_nccl_trace_names_its_group_and_algorithm() -> None:
     """A real NCCL trace (rank 0 of 2): the group comes from record_param_comms, the algorithm
     from the kernel name; rank 1 is missing, so there is no transfer/wait split."""

@@ -31,7 +31,7 @@ INPUTS = [
     SAMPLES / "dp",
     SAMPLES / "pp-1f1b",
     SAMPLES / "fsdp",
-    HTA_CORPUS / "nccl_parser_config",
+    pytest.param(HTA_CORPUS / "nccl_parser_config", marks=pytest.mark.corpus),
     Path(__file__).parent / "data" / "gpu" / "dp-cuda-nccl",
 ]
 
@@ -40,7 +40,7 @@ def _spill_folders(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith(PREFIX))
 
 
-@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: Path(p).name)
 def test_spilled_ranks_give_the_held_summary_and_tables(path, tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEKIT_SPILL_DIR", str(tmp_path / "scratch"))
     held = analyze(path, cache=False)

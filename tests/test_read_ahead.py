@@ -29,6 +29,7 @@ def ranks(tmp_path: Path) -> list[Path]:
     read_ahead.discard()
 
 
+@pytest.mark.corpus
 def test_read_ahead_gives_a_plain_reads_events(ranks: list[Path]) -> None:
     """Each file read ahead is handed out once, with its scan, and parses to the same events."""
     plain = [read_trace(f, rank=r) for r, f in enumerate(ranks)]
@@ -44,12 +45,14 @@ def test_read_ahead_gives_a_plain_reads_events(ranks: list[Path]) -> None:
     assert read_ahead.take_scan(data) is None
 
 
+@pytest.mark.corpus
 def test_a_file_changed_after_reading_ahead_is_read_again(ranks: list[Path]) -> None:
     kineto_files.prefetch(ranks[:1]).join(timeout=60)
     ranks[0].write_bytes(gzip.compress(b'{"traceEvents": []}'))
     assert kineto_files.read_bytes(ranks[0]) == b'{"traceEvents": []}'
 
 
+@pytest.mark.corpus
 def test_stopped_read_ahead_leaves_the_rest_to_the_parse(ranks: list[Path]) -> None:
     """A file the read-ahead has not started is read by whoever asks; none is read twice."""
     kineto_files.prefetch(ranks, budget=1).join(timeout=60)  # one file, then over budget
@@ -80,6 +83,7 @@ finally:
 """
 
 
+@pytest.mark.corpus
 def test_cli_reads_ahead_and_writes_the_summary_analyze_gives(tmp_path: Path) -> None:
     """The CLI reads the traces ahead while it imports (the parse takes their bytes from the
     read-ahead) and writes the summary analyze() gives without one."""
@@ -103,6 +107,7 @@ def test_cli_reads_ahead_and_writes_the_summary_analyze_gives(tmp_path: Path) ->
     assert (out / "summary.json").read_text() == want
 
 
+@pytest.mark.corpus
 @pytest.mark.skipif(kineto_files._libdeflate() is None, reason="no libdeflate on this machine")
 def test_libdeflate_reads_one_member_of_the_stated_size_else_declines() -> None:
     """One call for the usual trace; zlib's path (None here) for anything else."""

@@ -48,6 +48,7 @@ EXT = {
 }
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("fmt", list(EXT))
 def test_every_format_through_the_cli(tmp_path, fmt):
     if fmt in ("pdf", "png") and not CHROMIUM.exists():
@@ -106,6 +107,7 @@ def test_every_format_through_the_cli(tmp_path, fmt):
         assert len(xs) > 9000  # the original events (9,487) plus the tracks
 
 
+@pytest.mark.corpus
 def test_default_output_name_in_current_folder(tmp_path):
     r = run_cli("report", str(TF), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -116,6 +118,7 @@ def test_default_output_name_in_current_folder(tmp_path):
     ]
 
 
+@pytest.mark.corpus
 def test_comparison_of_two_paths(tmp_path):
     other = tmp_path / "runs" / "again"
     shutil.copytree(TF, other)
@@ -141,6 +144,7 @@ def test_comparison_of_two_paths(tmp_path):
     )
 
 
+@pytest.mark.corpus
 def test_compare_prints_a_table_and_writes_nothing(tmp_path):
     other = tmp_path / "b"
     shutil.copytree(TF, other)
@@ -156,6 +160,7 @@ def test_compare_prints_a_table_and_writes_nothing(tmp_path):
     assert r.returncode == 2 and "at least two" in r.stderr
 
 
+@pytest.mark.corpus
 def test_trace_strings_are_escaped(tmp_path):
     xss = xss_trace_folder(tmp_path / "xss")
     out = tmp_path / "x.html"

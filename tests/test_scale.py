@@ -41,6 +41,7 @@ def job(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.corpus
 def test_peek_reads_the_rank_from_the_head_of_real_traces(job):
     assert peek_rank(HTA / "trace_filter" / "sampled_rank-1.json.gz") == 1
     assert peek_rank(HTA / "nccl_parser_config" / "nccl_data.json.gz") == 0
@@ -70,6 +71,7 @@ def test_peek_of_plain_json_and_of_damaged_files(tmp_path):
     assert peek_rank(tmp_path / "missing.json") is None
 
 
+@pytest.mark.corpus
 def test_ranks_select_by_distributed_info_without_parsing_the_others(job, monkeypatch):
     parsed = spy_parses(monkeypatch)
     result = analyze(job, ranks=[1, 4], cache=False)
@@ -79,6 +81,7 @@ def test_ranks_select_by_distributed_info_without_parsing_the_others(job, monkey
     assert result.summary.sampling is None
 
 
+@pytest.mark.corpus
 def test_sample_spreads_over_the_job_and_says_so(job, monkeypatch):
     parsed = spy_parses(monkeypatch)
     result = analyze(job, sample=3, cache=False)
@@ -92,6 +95,7 @@ def test_sample_spreads_over_the_job_and_says_so(job, monkeypatch):
     assert not [w for w in result.summary.warnings if "have no trace" in w or "has no trace" in w]
 
 
+@pytest.mark.corpus
 def test_sample_and_ranks_together_and_cli(job, tmp_path):
     sel = select(sorted(job.iterdir()), ranks=[1, 2, 3, 4, 5], sample=2)
     assert sel.sampled == [1, 5] and [f.name for f in sel.files] == [
@@ -117,6 +121,7 @@ def test_spread_of_a_thousand_ranks():
     assert spread([3, 1, 2], 10) == [1, 2, 3]
 
 
+@pytest.mark.corpus
 def test_files_that_say_their_rank_only_inside_are_read_then_filtered(tmp_path, monkeypatch):
     """No distributedInfo in the head (it comes after the events) and no rank in the name: the
     file must be parsed to learn its rank; --ranks still gives exactly the ranks asked for."""

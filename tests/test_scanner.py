@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from builders.corpus_root import HTA_TRACES
 from builders.damage import SEEDS, damaged
 from conftest import HTA
 from hypothesis import HealthCheck, given, settings
@@ -25,13 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL = sorted(
     p
     for p in [
-        *HTA.rglob("*.json.gz"),
-        *HTA.rglob("*.json"),
         *(ROOT / "sample_traces").rglob("rank*.json*"),
         *(ROOT / "tests" / "data").rglob("*.json*"),
     ]
     if p.is_file() and b"traceEvents" in kineto_files.read_bytes(p)[: 1 << 20]
-)
+) + [pytest.param(HTA / t, marks=pytest.mark.corpus) for t in HTA_TRACES]
 
 
 def both(data: bytes, path: Path, rank: int | None = None) -> tuple:
@@ -214,6 +213,7 @@ def test_decline_still_reads_or_words_the_error(tmp_path: Path) -> None:
     assert str(path) in str(caught.value)
 
 
+@pytest.mark.corpus
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_damaged_traces_same_or_declined(data: st.DataObject) -> None:

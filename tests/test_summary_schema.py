@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from builders.corpus_root import HTA_FOLDERS
 from conftest import HTA, ROOT, SAMPLES
 
 from tracekit import theory
@@ -26,7 +27,8 @@ from tracekit.summary.markdown import render, struct_paths
 GPU = ROOT / "tests" / "data" / "gpu"
 NCCL_TUNING_LOG = ROOT / "tests" / "data" / "nccl" / "nccl_issue1453_tuning_truncated_channels.log"
 RUNS = sorted(p for p in SAMPLES.iterdir() if is_run_folder(p)) if SAMPLES.is_dir() else []
-FOREIGN = sorted(p for p in HTA.iterdir() if p.is_dir()) + sorted(GPU.iterdir())
+FOREIGN = [pytest.param(HTA / f, marks=pytest.mark.corpus, id=f"hta/{f}") for f in HTA_FOLDERS]
+FOREIGN += [pytest.param(p, id=f"gpu/{p.name}") for p in sorted(GPU.iterdir())]
 # inputs whose summary holds a section the folders above leave null or short
 VARIANTS = {
     "sampled": ("tp-dp", {"sample": 2}),  # sampling
@@ -59,7 +61,7 @@ def test_sample_runs_encode_to_the_bytes_analyze_writes(run):
     assert_round_trip(summary_of(run))
 
 
-@pytest.mark.parametrize("path", FOREIGN, ids=[f"{p.parent.name}/{p.name}" for p in FOREIGN])
+@pytest.mark.parametrize("path", FOREIGN)
 def test_hta_and_gpu_traces_encode_to_the_bytes_analyze_writes(path):
     assert_round_trip(summary_of(path))
 
@@ -89,6 +91,7 @@ def test_nccl_logs_with_tuning_lines_encode_alike(tmp_path):
     ]
 
 
+@pytest.mark.corpus
 def test_a_trace_without_collectives_has_every_collectives_key_in_order():
     summary = summary_of(HTA / "amd_trace")
     with_calls = summary_of(SAMPLES / "dp")

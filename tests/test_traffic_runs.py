@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from builders.traces import NCCL_DATA
 
 from tracekit import runfolder
 from tracekit.analyses.traffic import link_bytes
@@ -25,7 +26,7 @@ from tracekit.ingest.nccl_log import read_nccl_logs, ring_order
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DP = REPO / "sample_traces" / "dp"
 NCCL_LOGS = REPO / "tests" / "data" / "nccl"
-NCCL_TRACE = REPO / "tests" / "data" / "corpus" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
+NCCL_TRACE = NCCL_DATA
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +113,7 @@ def test_topology_from_nccl_logs_when_run_json_lacks_it(tmp_path: Path) -> None:
     assert c.summary.topology.source == "run.json"
 
 
+@pytest.mark.corpus
 def test_nccl_algorithms_chosen_and_run(tmp_path: Path) -> None:
     run = _nccl_run(tmp_path, ["nccl_issue1453_tuning_truncated_channels.log"], trace=NCCL_TRACE)
     a = analyze(run)

@@ -21,7 +21,7 @@ import json
 import polars as pl
 import pytest
 from builders.summary import complete
-from conftest import SAMPLES, run_cli
+from conftest import HTA, SAMPLES, run_cli
 
 from tracekit.analyses.group_names import group_label, ranks_text, row_label
 from tracekit.analysis import analyze
@@ -148,20 +148,19 @@ def test_groups_are_named_by_dimension_and_ranks(hsdp):
     assert ranks_text([7, 0, 1, 2, 3, 5]) == "{0-3,5,7}"
 
 
+@pytest.mark.corpus
 def test_unknown_sizes_are_null_not_zero(tmp_path):
     """A trace whose collectives carry no size (HTA's df_index_resolver has none): every
     byte and bandwidth figure is null, shown as "–"."""
     from tracekit.report import collectives_table
 
-    trace = SAMPLES.parent / "tests" / "data" / "corpus" / "hta" / "df_index_resolver"
-    if not trace.exists():
-        pytest.skip("HTA df_index_resolver trace not in tests/data/corpus/hta yet")
+    trace = HTA / "df_index_resolver"
     a = analyze(trace)
     co = a.summary.collectives
     assert co.per_op and all(r.unknown_size == r.count for r in co.per_op)
     for r in co.per_op:
         for k in ("bytes", "rank_bytes", "call_bytes", "wire_bytes", "algbw_gbps", "busbw_gbps"):
-            assert r[k] is None, k
+            assert getattr(r, k) is None, k
     assert co.bytes is None and co.ideal_bytes_per_rank is None
     vol = a.summary.volume
     if vol:

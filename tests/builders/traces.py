@@ -12,9 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .corpus_root import HTA as _CORPUS_HTA
+
 XSS = "<img src=x onerror=alert(1)>"
-#: HolisticTraceAnalysis's committed traces (tests/data/corpus/hta, MIT: see its README)
-HTA = Path(__file__).resolve().parents[1] / "data" / "corpus" / "hta"
+#: HolisticTraceAnalysis's traces in the public corpus (tests/builders/corpus_root.py; MIT: see
+#: tests/data/corpus/hta/README.md): a test that reads them is marked ``pytest.mark.corpus``
+HTA = _CORPUS_HTA
 TRACE_FILTER = HTA / "trace_filter"
 NCCL_DATA = HTA / "nccl_parser_config" / "nccl_data.json.gz"
 CPU_ONLY = HTA / "cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
