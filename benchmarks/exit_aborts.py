@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests.*: its builders and data
 
 ABORT_MARKS = ("terminate called", "SIGABRT", "Aborted", "Fatal Python error")
 
@@ -32,7 +32,7 @@ def _run_cmd(nproc: int, out: Path) -> list[str]:
 
 
 def _profile_cmd(nproc: int, out: Path) -> list[str]:
-    from test_profile_api import USER_JOB  # the job the test runs, not a copy of it
+    from tests.test_profile_api import USER_JOB  # the job the test runs, not a copy of it
 
     script = out / "user_job.py"
     script.write_text(USER_JOB)

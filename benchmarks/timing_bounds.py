@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests.*: its builders and data
 
 RESULTS: list[tuple[str, float, float, str]] = []
 
@@ -41,8 +41,8 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def parse_and_figures() -> None:
-    from builders.analyses import big_timeline
-    from builders.traces import NCCL_DATA
+    from tests.builders.analyses import big_timeline
+    from tests.builders.traces import NCCL_DATA
 
     from tracekit import figures as F
     from tracekit.ingest import read_trace
@@ -62,13 +62,15 @@ def parse_and_figures() -> None:
 
 
 def nccl_logs() -> None:
-    from test_nccl_log import IB_16
+    from tests.test_nccl_log import IB_16
 
     from tracekit.ingest.nccl_log import read_nccl_logs
 
     with tempfile.TemporaryDirectory() as tmp:
         # was tests/test_nccl_log.py test_a_huge_nranks_is_not_listed_rank_by_rank
-        line = "h:1:2 [0] NCCL INFO comm 0x1 rank 5 nRanks 999999999 nNodes 9 localRanks 8 localRank 5"
+        line = (
+            "h:1:2 [0] NCCL INFO comm 0x1 rank 5 nRanks 999999999 nNodes 9 localRanks 8 localRank 5"
+        )
         one = Path(tmp) / "x.log"
         one.write_text(line + "\n")
         check("NCCL log claiming 10^9 ranks", timed(lambda: read_nccl_logs(one)), 5.0, "s")
@@ -118,7 +120,15 @@ def dash() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "measured.json"
         subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "tests/test_dash.py", "-k", "first_draw or 64_ranks"],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "tests/test_dash.py",
+                "-k",
+                "first_draw or 64_ranks",
+            ],
             cwd=ROOT,
             env=dict(os.environ, TRACEKIT_MEASURED_JSON=str(out)),
             check=True,
