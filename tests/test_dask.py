@@ -385,3 +385,22 @@ def test_the_environment_names_the_default_scheduler(monkeypatch):
     assert resolve("threads") == "threads"
     monkeypatch.setenv("TRACEKIT_SCHEDULER", " ")
     assert resolve(None) is None
+
+
+@needs_dask
+def test_a_relative_path_reaches_the_workers_absolute(cluster, job):
+    """`tracekit analyze runs/<run> --scheduler ...` from the folder above the run: the workers
+    run in a folder of their own (the fixture's), so the driver sends them absolute paths; the
+    summary is the in-process one of the same relative path."""
+    folder = job[0].parent
+    summaries = []
+    for name, scheduler in (("rel-dask", ["--scheduler", cluster.address]), ("rel-local", [])):
+        done = run_cli(
+            "analyze", folder.name, "--no-cache", *scheduler, "--out", name,
+            cwd=folder.parent, timeout=BOUND_S,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        summaries.append(_without_engine((folder.parent / name / "summary.json").read_bytes()))
+    (dask_summary, engine), (local_summary, _) = summaries
+    assert engine is not None and engine["kind"] == "dask"
+    assert dask_summary == local_summary
