@@ -43,7 +43,6 @@ def timed(fn: Callable[[], object]) -> float:
 def parse_and_figures() -> None:
     from tests.builders.analyses import big_timeline
     from tests.builders.traces import NCCL_DATA
-
     from tracekit import figures as F
     from tracekit.ingest import read_trace
 
@@ -63,7 +62,6 @@ def parse_and_figures() -> None:
 
 def nccl_logs() -> None:
     from tests.test_nccl_log import IB_16
-
     from tracekit.ingest.nccl_log import read_nccl_logs
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,6 @@ traffic, collectives), so each figure is exercised before real pipeline/ZeRO run
 
 from __future__ import annotations
 
-
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl

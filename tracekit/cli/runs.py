@@ -19,7 +19,6 @@ from tracekit.cli import tables
 from tracekit.cli.tables import comparison_table
 from tracekit.strategies import options, registry
 
-
 #: distribution name on PyPI (pyproject.toml [project] name); the import name is tracekit
 DISTRIBUTION = "tracekit-dist"
 
