@@ -40,7 +40,7 @@ try:
     import distributed
 except ImportError:  # the cluster (or test) extra is not installed: only the missing-Dask test runs
     distributed = None
-needs_dask = pytest.mark.skipif(distributed is None, reason="pip install 'tracekit[cluster]'")
+needs_dask = pytest.mark.skipif(distributed is None, reason="pip install -e '.[cluster]'")
 
 # the builder by its path (benchmarks/ is not a package, nor on sys.path)
 _SPEC = importlib.util.spec_from_file_location("renumber", ROOT / "benchmarks" / "renumber.py")
@@ -363,7 +363,7 @@ def test_a_missing_dask_says_how_to_get_it():
     )
     assert done.stdout.strip().splitlines() == [
         "--scheduler tcp://127.0.0.1:8786 needs Dask distributed, which is not installed: "
-        "pip install 'tracekit[cluster]'"
+        "pip install 'tracekit-dist[cluster]' (from a clone: pip install -e '.[cluster]')"
     ], done.stderr
 
 
