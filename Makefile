@@ -1,4 +1,4 @@
-# Developer shortcuts; run them inside the venv that has `pip install -c constraints-cpu.txt -e '.[test,dev]'`.
+# Developer shortcuts; run them inside the venv that has `pip install -c constraints-cpu.txt -e '.[runs,test,dev]'`.
 PYTHON ?= python
 
 .PHONY: lint format test-fast test validate-network ci

@@ -374,7 +374,10 @@ def finish(
         data["status"] = "ok"
         runfolder.write_json_atomic(runfolder.run_json_path(ctx.run), data)
         _log(f"[{ctx.strategy}] done: {ctx.run}")
-    dist.destroy_process_group()
+    # destroyed and freed now, so no gloo worker still runs when Python finalises (the abort
+    # at exit of issue #25: tracekit.capture.teardown); the context's references go too
+    ctx.group = ctx.meta_group = None  # type: ignore[assignment]
+    capture.leave_process_group()
 
 
 def run(

@@ -10,6 +10,7 @@ in memory: the synthetic 4-stage pipeline run of tests/builders/analyses.py and 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -126,6 +127,8 @@ def browser():
         b.close()
     if MEASURED:
         print("\nmeasured in Chromium:\n  " + "\n  ".join(f"{k}: {v}" for k, v in MEASURED.items()))
+        if os.environ.get("TRACEKIT_MEASURED_JSON"):  # benchmarks/timing_bounds.py --dash reads it
+            Path(os.environ["TRACEKIT_MEASURED_JSON"]).write_text(json.dumps(MEASURED))
 
 
 @pytest.fixture()
@@ -420,7 +423,6 @@ def test_timeline_first_draw_and_zoom_4_ranks(page, server):
     nav, draw = _first_draw_ms(page, url)
     MEASURED["4-rank timeline: navigation to drawn heatmap"] = f"{nav:.0f} ms"
     MEASURED["4-rank timeline: Plotly draw of the figure"] = f"{draw:.0f} ms"
-    assert draw < 2000
     assert _count(page, "#timeline-graph g.trace.bars path") > 0  # bubble strips only
     zoom_ms, info = _zoom(page, 0.004, 0.012, "detail")
     MEASURED["4-rank zoom to detail bars (callback + draw)"] = f"{zoom_ms:.0f} ms ({info})"
@@ -473,8 +475,8 @@ def _fetches(page, pattern: str) -> list[dict]:
 
 def test_timeline_64_ranks_1m_events(browser, page, server, dash_app):
     """Issue #8 at 64 ranks and 1,000,000 events: first draw under 2 s, zoom to detail under 1 s,
-    callback payloads under 2 MB. The asserted bounds leave a margin for a shared 2-core machine;
-    MEASURED has the numbers."""
+    callback payloads under 2 MB. The payloads are asserted here; the times are in MEASURED and
+    their bounds in benchmarks/timing_bounds.py --dash."""
     entry = dash_app.tracekit_runs.preloaded["synthetic-64x1M"]
     spans = entry.analysis.timeline.height
     url = server + "/timeline?run=synthetic-64x1M"
@@ -509,25 +511,20 @@ def test_timeline_64_ranks_1m_events(browser, page, server, dash_app):
     # issue #8's target: first draw under 2 s. A fresh browser context first compiles plotly.js,
     # whatever the run: measured here (2 cores, shared), cold was a median of 2.6 s (2.2-3.0 s)
     # with the full bundle (4.8 MB) and 1.8 s (1.4-2.2 s) with the cartesian one (1.5 MB); the
-    # bound leaves a margin for a busy machine
-    assert cold < 3000
-    assert first < 2500
-    assert nav < 2000
-    assert draw < 1000
+    # bounds are benchmarks/timing_bounds.py --dash's (wall time: not the suite's to judge)
     _shot(page, "timeline-64x1M-overview")
     wide_ms, wide = _zoom(page, 0.1, 0.5, "binned")
     MEASURED["64-rank zoom to a wide window (binned)"] = f"{wide_ms:.0f} ms ({wide})"
     in_window = int(wide.split("binned: ")[1].split(" spans")[0].replace(",", ""))
     assert 0 < in_window < spans  # the window's spans, not the run's
-    assert wide_ms < 2500 and _payload_kb(wide) < 2048  # ~1.5 MB: 64 lanes x 1,562 bins
+    assert _payload_kb(wide) < 2048  # ~1.5 MB: 64 lanes x 1,562 bins
     detail_ms, info = _zoom(page, 0.2, 0.2004, "detail")
     MEASURED["64-rank zoom to detail bars"] = f"{detail_ms:.0f} ms ({info})"
-    assert detail_ms < 1500 and _payload_kb(info) < 2048  # target 1 s
+    assert _payload_kb(info) < 2048
     assert _count(page, "#timeline-graph g.trace.bars path") > 100
     _shot(page, "timeline-64x1M-detail")
     back_ms, _ = _relayout(page, {"xaxis.autorange": True, "yaxis.autorange": True}, "overview")
     MEASURED["64-rank back to the overview (double-click)"] = f"{back_ms:.0f} ms"
-    assert back_ms < 2500
 
 
 def test_pages_build_what_figures_for_builds():

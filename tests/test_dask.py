@@ -40,7 +40,7 @@ try:
     import distributed
 except ImportError:  # the cluster (or test) extra is not installed: only the missing-Dask test runs
     distributed = None
-needs_dask = pytest.mark.skipif(distributed is None, reason="pip install 'tracekit[cluster]'")
+needs_dask = pytest.mark.skipif(distributed is None, reason="pip install -e '.[cluster]'")
 
 # the builder by its path (benchmarks/ is not a package, nor on sys.path)
 _SPEC = importlib.util.spec_from_file_location("renumber", ROOT / "benchmarks" / "renumber.py")
@@ -363,7 +363,7 @@ def test_a_missing_dask_says_how_to_get_it():
     )
     assert done.stdout.strip().splitlines() == [
         "--scheduler tcp://127.0.0.1:8786 needs Dask distributed, which is not installed: "
-        "pip install 'tracekit[cluster]'"
+        "pip install 'tracekit-dist[cluster]' (from a clone: pip install -e '.[cluster]')"
     ], done.stderr
 
 
@@ -385,3 +385,22 @@ def test_the_environment_names_the_default_scheduler(monkeypatch):
     assert resolve("threads") == "threads"
     monkeypatch.setenv("TRACEKIT_SCHEDULER", " ")
     assert resolve(None) is None
+
+
+@needs_dask
+def test_a_relative_path_reaches_the_workers_absolute(cluster, job):
+    """`tracekit analyze runs/<run> --scheduler ...` from the folder above the run: the workers
+    run in a folder of their own (the fixture's), so the driver sends them absolute paths; the
+    summary is the in-process one of the same relative path."""
+    folder = job[0].parent
+    summaries = []
+    for name, scheduler in (("rel-dask", ["--scheduler", cluster.address]), ("rel-local", [])):
+        done = run_cli(
+            "analyze", folder.name, "--no-cache", *scheduler, "--out", name,
+            cwd=folder.parent, timeout=BOUND_S,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        summaries.append(_without_engine((folder.parent / name / "summary.json").read_bytes()))
+    (dask_summary, engine), (local_summary, _) = summaries
+    assert engine is not None and engine["kind"] == "dask"
+    assert dask_summary == local_summary

@@ -148,3 +148,17 @@ def test_no_file_reads_outside_the_repository() -> None:
                 if outside.search(line):
                     hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:80]}")
     assert not hits, "\n".join(hits)
+
+
+def test_torch_is_the_runs_extra_and_the_name_is_ours() -> None:
+    """Issue #25: the analysis installs without torch (it is the `runs` extra), and the
+    distribution is not `tracekit`, an unrelated project on PyPI."""
+    project = _load_pyproject()["project"]
+    assert "torch" not in declared_distributions(
+        {"project": {"dependencies": project["dependencies"]}}
+    )
+    assert any(r.startswith("torch") for r in project["optional-dependencies"]["runs"])
+    assert project["name"] == "tracekit-dist"
+    from tracekit.cli.runs import DISTRIBUTION
+
+    assert DISTRIBUTION == project["name"]  # the one-line hint names what pip can install

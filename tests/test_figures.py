@@ -8,8 +8,6 @@ traffic, collectives), so each figure is exercised before real pipeline/ZeRO run
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
@@ -159,23 +157,14 @@ def test_detail_falls_back_to_bins_beyond_the_cap():
     assert narrow.layout.meta["mode"] == "detail" and 0 < narrow.layout.meta["bars"] <= F.MAX_BARS
 
 
-def test_big_timeline_builds_fast():
+def test_big_timeline_stays_small():
+    """64 ranks, 1M spans: the payloads stay small (build times: benchmarks/timing_bounds.py)."""
     ev, tl = big_timeline(64, 1_000_000)
     assert ev.height == 1_000_000 and tl.height >= 1_000_000
-    t = time.perf_counter()
     fig = F.timeline_overview(tl)
-    build = time.perf_counter() - t
-    payload = len(fig.to_json())
-    t = time.perf_counter()
+    assert len(fig.to_json()) < 2_000_000
     detail = F.timeline_detail(tl, 0.2, 0.2004, events=ev)
-    zoom = time.perf_counter() - t
-    print(
-        f"\n64 ranks, {tl.height:,} spans: overview {build:.2f} s ({payload / 1e6:.2f} MB), "
-        f"detail {zoom:.2f} s ({len(detail.to_json()) / 1e6:.2f} MB, {detail.layout.meta['bars']} bars)"
-    )
-    assert build < 2.0
-    assert payload < 2_000_000
-    assert detail.layout.meta["mode"] == "detail" and zoom < 2.0
+    assert detail.layout.meta["mode"] == "detail" and 0 < detail.layout.meta["bars"] <= F.MAX_BARS
 
 
 def test_trace_text_is_data_not_markup(syn):

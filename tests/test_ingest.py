@@ -10,7 +10,6 @@ import gzip
 import json
 import math
 import textwrap
-import time
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -191,12 +190,12 @@ def test_alexnet_sync_events() -> None:
 
 
 @pytest.mark.corpus
-def test_parse_time_nccl_data() -> None:
-    """A loose guard against pathological slowdowns (about 0.15 s here; HTA needs ~0.8 s)."""
-    read_trace(NCCL_DATA)
-    start = time.perf_counter()
-    read_trace(NCCL_DATA)
-    assert time.perf_counter() - start < 3.0
+def test_nccl_data_reads_the_same_twice() -> None:
+    """Its parse time (about 0.15 s; HTA ~0.8 s) is benchmarks/timing_bounds.py's: a loaded
+    machine cannot judge wall time. Here: a second read gives what the first gave."""
+    info, frame = read_trace(NCCL_DATA)
+    again_info, again = read_trace(NCCL_DATA)
+    assert info == again_info and frame.equals(again) and frame.height > 0
 
 
 # --- a real 2-rank gloo run --------------------------------------------------------------

@@ -7,7 +7,6 @@ asserted here can be read in those files.
 from __future__ import annotations
 
 import gzip
-import time
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -294,13 +293,11 @@ def test_lines_cut_off_mid_text_are_named(tmp_path):
 
 def test_a_huge_nranks_is_not_listed_rank_by_rank(tmp_path):
     """A damaged or hostile line can claim 10^9 ranks: the warning names the gaps as ranges,
-    nothing is placed rank by rank, and it stays fast."""
+    nothing is placed rank by rank (its time: benchmarks/timing_bounds.py)."""
     line = "h:1:2 [0] NCCL INFO comm 0x1 rank 5 nRanks 999999999 nNodes 9 localRanks 8 localRank 5"
     (tmp_path / "x.log").write_text(line + "\n")
-    t0 = time.perf_counter()
     log = read_nccl_logs(tmp_path / "x.log")
     assert sorted(rank_layout(log)) == [5]
-    assert time.perf_counter() - t0 < 5
     assert (
         "NCCL logs cover 1 of 999999999 ranks (nNodes 9, 1 seen): ranks 0-4,6-999999998 unknown"
         in (log.warnings)
@@ -376,15 +373,14 @@ def test_folder_gz_and_run_folder(tmp_path):
 
 
 def test_large_log_streams_linearly(tmp_path):
-    """~120k lines (the 16-rank excerpt repeated): parse stays well under a few seconds."""
+    """~120k lines (the 16-rank excerpt repeated): every repeat is read (its time:
+    benchmarks/timing_bounds.py)."""
     big = tmp_path / "big.log"
     body = IB_16.read_bytes()
     with open(big, "wb") as f:
         for _ in range(4000):
             f.write(body)
-    t0 = time.perf_counter()
     log = read_nccl_logs(big)
-    assert time.perf_counter() - t0 < 20
     assert log.transports.height == 14 * 4000
     assert ring_order(log) == ring_order(read_nccl_logs(IB_16))
 

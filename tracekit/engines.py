@@ -11,7 +11,7 @@
   starts such a cluster under Slurm, ``dask-kubernetes`` on Kubernetes (docs/cluster.md).
 
 The address defaults to ``$TRACEKIT_SCHEDULER``. Dask is optional
-(``pip install 'tracekit[cluster]'``) and imported only when an address is given.
+(``pip install 'tracekit-dist[cluster]'``) and imported only when an address is given.
 
 Failures are one line (:class:`~tracekit.errors.TracekitError`), never a traceback or a hang:
 a scheduler that does not answer within ``connect_timeout`` seconds is named with the problem;
@@ -37,7 +37,7 @@ from tracekit.summary.schema import Engine
 SCHEDULER_ENV = "TRACEKIT_SCHEDULER"
 LOCAL_ENGINES = ("threads", "processes")
 CONNECT_TIMEOUT_S = 10.0  # a scheduler that has not answered by then is reported, not awaited
-INSTALL_HINT = "pip install 'tracekit[cluster]'"
+INSTALL_HINT = "pip install 'tracekit-dist[cluster]' (from a clone: pip install -e '.[cluster]')"
 
 
 def resolve(scheduler: str | None) -> str | None:

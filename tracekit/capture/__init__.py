@@ -36,6 +36,7 @@ _EXPORTS = {
         "write_train",
     ),
     "trace": ("exit_on_first_sigterm", "profile_steps", "region", "write_events_parquet"),
+    "teardown": ("leave_process_group", "leave_process_group_at_exit"),
 }
 _WHERE = {
     name: f"tracekit.capture.{module}" for module, names in _EXPORTS.items() for name in names

@@ -54,7 +54,7 @@ import torch
 import torch.distributed as dist
 
 from tracekit import runfolder
-from tracekit.capture import placement, records, trace
+from tracekit.capture import placement, records, teardown, trace
 
 STRATEGY = "user"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -196,6 +196,8 @@ class Profiler:
                 runfolder.run_json_path(self.run_dir), self._run_json(topo, source, everyone)
             )
         self._catch_sigterm()
+        if distributed:  # the user's job may never destroy its group: see capture.teardown
+            teardown.leave_process_group_at_exit()
         self._prof = self._torch_profiler()
         self._prof.__enter__()
         return self

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from tracekit._version import __version__
 from tracekit.errors import TracekitError
 
 #: command -> (module, attribute): a command's module is imported when it runs or is listed, so
@@ -46,7 +47,7 @@ class _Commands(click.Group):
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tracekit")
+@click.version_option(version=__version__, prog_name="tracekit")  # not the distribution's metadata
 def cli() -> None:
     """Make the cost of distributed-training strategies visible."""
 

@@ -88,7 +88,7 @@ def _read_ahead(path: Path, options: ReadOptions) -> None:
     default=None,
     metavar="ADDRESS",
     help="parse the ranks on a Dask cluster, e.g. tcp://HOST:8786 (default $TRACEKIT_SCHEDULER; "
-    "also threads or processes); needs pip install 'tracekit[cluster]'",
+    "also threads or processes); needs pip install 'tracekit-dist[cluster]'",
 )
 def analyze_cmd(
     path: Path,

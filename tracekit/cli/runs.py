@@ -19,6 +19,22 @@ from tracekit.cli import tables
 from tracekit.cli.tables import comparison_table
 from tracekit.strategies import options, registry
 
+#: distribution name on PyPI (pyproject.toml [project] name); the import name is tracekit
+DISTRIBUTION = "tracekit-dist"
+
+
+def need_torch(command: str) -> None:
+    """The runs need torch, the `runs` extra; without it one line saying how to get it."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        from tracekit.errors import TracekitError
+
+        raise TracekitError(
+            f"{command} needs torch, which is not installed: pip install '{DISTRIBUTION}[runs]'"
+            " (from a clone: pip install -c constraints-cpu.txt -e '.[runs]')"
+        )
+
 
 def click_options(command: Callable[..., None]) -> Callable[..., None]:
     """Decorate ``command`` with one click option per RunOptions field of ``tracekit run``:
@@ -43,11 +59,15 @@ def click_options(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-@click.command("run")
-@click.argument("strategy")
+@click.command(
+    "run",
+    epilog="Strategies: " + ", ".join(registry.STRATEGIES) + " (docs/strategies.md).",
+)
+@click.argument("strategy", metavar="STRATEGY")
 @click_options
 def run_cmd(strategy: str, **opts: object) -> None:
     """Run STRATEGY under the profiler; the last line of stdout is the run folder."""
+    need_torch("tracekit run")
     from tracekit.capture.launch import run_job
     from tracekit.runfolder import load_run_json
 
@@ -82,6 +102,22 @@ class _JobOutput:
         pass
 
 
+def _wanted(only: str | None) -> set[str]:
+    """The demo strategies ``--only`` names (all without it); an unknown name is one line and
+    exit 2 listing them, never silently dropped."""
+    known = list(dict.fromkeys(s for s, _ in registry.demo_runs()))
+    if only is None:
+        return set(known)
+    wanted = [s.strip() for s in only.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in known]
+    if unknown or not wanted:
+        from tracekit.errors import TracekitError
+
+        what = ", ".join(unknown) if unknown else repr(only)
+        raise TracekitError(f"--only: no demo strategy {what}; the strategies: {', '.join(known)}")
+    return set(wanted)
+
+
 @click.command("demo")
 @click.option(
     "--out", type=click.Path(path_type=Path), default=Path("runs"), help="parent of the run folders"
@@ -100,10 +136,8 @@ def demo_cmd(out: Path, only: str | None) -> None:
     from tracekit.runfolder import load_run_json
     from tracekit.runname import display_name, display_names
 
-    wanted = None if only is None else {s.strip() for s in only.split(",") if s.strip()}
-    runs = [(s, o) for s, o in registry.demo_runs() if wanted is None or s in wanted]
-    if not runs:
-        raise click.UsageError(f"--only {only!r} names no demo strategy")
+    runs = [(s, o) for s, o in registry.demo_runs() if s in _wanted(only)]
+    need_torch("tracekit demo")
     console = tables.out()
     done, results, failed = [], [], []
     t_demo = time.perf_counter()

@@ -17,6 +17,7 @@ Tasks are top-level functions of strings and numbers, so every engine sends them
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
@@ -182,14 +183,16 @@ def _remote(
     use_cache: bool,
     store: bool,
 ) -> list[RankScan]:
+    # absolute, made here in the driver: a Dask worker runs in a working directory of its own,
+    # where `runs/x/traces/rank0.json.gz` names nothing (issue #25)
     n = len(paths)
-    folder = str(spill.folder)
+    folder = os.path.abspath(spill.folder)
     return list(
         executor.map(
             scan_file,
-            [str(p) for p in paths],
+            [os.path.abspath(p) for p in paths],
             [folder] * n,
-            [str(cache_dir) if cache_dir else None] * n,
+            [os.path.abspath(cache_dir) if cache_dir else None] * n,
             [use_cache] * n,
             [store] * n,
         )

@@ -75,7 +75,7 @@ class RunOptions:
     """Ranks of the job (processes)."""
     nodes: int = option(
         1,
-        "logical nodes; ranks placed contiguously",
+        "logical nodes; ranks placed contiguously (default 1)",
         min=1,
         env="GROUP_WORLD_SIZE",
         phrase="{} nodes",
@@ -85,19 +85,36 @@ class RunOptions:
     """Steps recorded by the profiler, after the warm-up."""
     warmup: int = option(1, "unprofiled warm-up steps (default 1)", min=0)
     """Steps run before the profiler starts (allocators, connections, caches)."""
-    microbatches: int | None = option(None, min=1, optional=True, phrase="{} microbatches")
+    microbatches: int | None = option(
+        None,
+        "pipelines: microbatches per step (default 2 x stages)",
+        min=1,
+        optional=True,
+        phrase="{} microbatches",
+    )
     """Pipelines: microbatches per step (default 2 x stages)."""
-    precision: str = option("fp32", choices=PRECISIONS, phrase="{}")
+    precision: str = option("fp32", "(default fp32)", choices=PRECISIONS, phrase="{}")
     """fp32, or bf16-mixed (bf16 compute and communication, fp32 master weights)."""
-    prefetch: int | None = option(None, min=0, max=2, optional=True, phrase="prefetch {}")
+    prefetch: int | None = option(
+        None,
+        "zero3/fsdp/hsdp: units gathered ahead (default: the strategy's)",
+        min=0,
+        max=2,
+        optional=True,
+        phrase="prefetch {}",
+    )
     """ZeRO-3 / FSDP / HSDP: units gathered ahead of their use (the strategy's default if None)."""
-    device: str = option("cpu", choices=("cpu", "cuda"))
+    device: str = option("cpu", "(default cpu)", choices=("cpu", "cuda"))
     """Where the ranks compute."""
-    backend: str | None = option(None, choices=("gloo", "nccl"))
+    backend: str | None = option(
+        None, "(default gloo on cpu, nccl on cuda)", choices=("gloo", "nccl")
+    )
     """The process group's backend; None: gloo on cpu, nccl on cuda (:func:`backend_of`)."""
-    timeout: float | None = option(None, "seconds", side="run", min=0, min_open=True)
+    timeout: float | None = option(
+        None, "seconds (default: no limit)", side="run", min=0, min_open=True
+    )
     """The whole job is killed after this many seconds (status "timeout")."""
-    emulate_network: bool = option(False, side="run")
+    emulate_network: bool = option(False, "each node in a network namespace of its own", side="run")
     """Each node in a network namespace of its own, linked at ``inter_node_bandwidth``."""
     inter_node_bandwidth: str = option("1gbit", "tc rate, e.g. 400mbit (default 1gbit)", side="run")
     """The emulated link of every node (a tc rate)."""
