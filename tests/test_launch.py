@@ -40,7 +40,7 @@ def _processes_mentioning(text: str) -> list[str]:
         (RunOptions("no-such-strategy"), "unknown strategy"),
         (RunOptions("dp", backend="nccl"), "nccl"),
         (RunOptions("dp", nproc=200, nodes=100, emulate_network=True), "at most 64"),
-        (RunOptions("dp", nproc=65), "--nproc must be at most 64"),
+        (RunOptions("dp", nproc=65), "--nproc must be .* at most 64"),
         (RunOptions("pp-1f1b", nproc=3), "does not divide into 6 microbatches"),  # #24
         (RunOptions("pp-1f1b", nproc=2, microbatches=3), "does not divide into 3 microbatches"),
         (RunOptions("dp", nproc=3), "does not divide by 3 ranks"),
