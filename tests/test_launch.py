@@ -39,10 +39,11 @@ def _processes_mentioning(text: str) -> list[str]:
         (RunOptions("dp", nproc=3, nodes=2), "divide"),
         (RunOptions("no-such-strategy"), "unknown strategy"),
         (RunOptions("dp", backend="nccl"), "nccl"),
-        (
-            RunOptions("dp", nproc=200, nodes=100, emulate_network=True),
-            "emulate",
-        ),  # too many emulated nodes
+        (RunOptions("dp", nproc=200, nodes=100, emulate_network=True), "at most 64"),
+        (RunOptions("dp", nproc=65), "--nproc must be .* at most 64"),
+        (RunOptions("pp-1f1b", nproc=3), "does not divide into 6 microbatches"),  # #24
+        (RunOptions("pp-1f1b", nproc=2, microbatches=3), "does not divide into 3 microbatches"),
+        (RunOptions("dp", nproc=3), "does not divide by 3 ranks"),
         (RunOptions("dp", precision="fp8"), "fp32 or bf16-mixed"),
         (RunOptions("dp", inter_node_bandwidth="fast"), "tc rate"),
         (RunOptions("hsdp", nproc=2, nodes=1), "--nodes K >= 2"),  # layouts: refused before launch

@@ -63,6 +63,9 @@ def validate(opts: RunOptions) -> registry.Strategy:
     why = spec.layout_problem(opts.nproc, opts.nodes)
     if why:
         raise TracekitError(why)
+    why = _batch_problem(spec, opts)
+    if why:  # the ranks check it too, but a rank refusing leaves its peers to abort
+        raise TracekitError(why)
     if opts.device == "cuda":
         import torch
 
@@ -85,6 +88,23 @@ def validate(opts: RunOptions) -> registry.Strategy:
         if opts.nodes > netns.MAX_NODES:
             raise TracekitError(f"--emulate-network supports at most {netns.MAX_NODES} nodes")
     return spec
+
+
+def _batch_problem(spec: registry.Strategy, opts: RunOptions) -> str | None:
+    """Why the global batch does not split over the ranks or the microbatches (the checks the
+    harness and instrumented_runs.pipeline make in each rank), or None."""
+    batch = opts.global_batch or spec.global_batch
+    if spec.splits_batch and batch % opts.nproc:
+        return f"--global-batch {batch} does not divide by {opts.nproc} ranks"
+    if spec.schedule is not None:
+        m = opts.microbatches or 2 * opts.nproc  # the pipelines' default: m = 2 x stages
+        if batch % m:
+            how = "--microbatches" if opts.microbatches else f"the default 2 x {opts.nproc} stages"
+            return (
+                f"--global-batch {batch} does not divide into {m} microbatches ({how}); "
+                "give --microbatches M with M dividing it, or another --nproc"
+            )
+    return None
 
 
 # --- the job ------------------------------------------------------------------------------------

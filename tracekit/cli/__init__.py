@@ -65,6 +65,27 @@ def dash_cmd(root: Path, host: str, port: int) -> None:
     serve(root, host=host, port=port)
 
 
+def click_problem(exc: click.ClickException) -> str:
+    """A click error as ``<what>: <problem>``, one line: click's own form is a 4-line usage
+    block (usage, a hint, a blank line, the error) where tracekit promises one line."""
+    what = None
+    if isinstance(exc, click.BadParameter):
+        if exc.param_hint is not None:
+            hint = exc.param_hint
+            what = " / ".join(hint) if isinstance(hint, (list, tuple)) else str(hint)
+        elif exc.param is not None:
+            what = exc.param.get_error_hint(exc.ctx) if exc.ctx else exc.param.name
+    elif isinstance(exc, click.NoSuchOption):
+        what = exc.option_name
+    elif isinstance(exc, click.UsageError) and exc.ctx is not None:
+        what = exc.ctx.command_path
+    text = " ".join(exc.format_message().split())
+    if what:
+        what = " ".join(what.replace("'", "").split())
+        text = text.replace(f"Invalid value for '{what}': ", "").replace("'", "")
+    return f"{what}: {text}" if what else text
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors, exit status 2 on bad input."""
     try:
@@ -76,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         print("tracekit: interrupted", file=sys.stderr)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        print(f"tracekit: {click_problem(exc)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("tracekit: interrupted", file=sys.stderr)

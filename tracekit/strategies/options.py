@@ -60,6 +60,11 @@ class Option:
     """Left out of ``--help`` (test hooks)."""
 
 
+#: ``--nproc`` at most: every rank is a process of this machine (a rank holds a model and a
+#: profiler: about 0.3 GB of memory), and more than this many is a typo, not a reference run.
+MAX_NPROC = 64
+
+
 def option(default: Any, help: str | None = None, **how: Any) -> Any:
     """A RunOptions field: its default and how it is given (:class:`Option`)."""
     return field(default=default, metadata={"option": Option(help=help, **how)})
@@ -71,8 +76,8 @@ class RunOptions:
 
     strategy: str
     """The strategy's name in ``tracekit.strategies.registry`` (``tracekit run STRATEGY``)."""
-    nproc: int = option(2, "ranks (default 2)", side="run", min=1)
-    """Ranks of the job (processes)."""
+    nproc: int = option(2, "ranks (default 2, at most 64)", side="run", min=1, max=MAX_NPROC)
+    """Ranks of the job (processes, all on this machine: at most :data:`MAX_NPROC`)."""
     nodes: int = option(
         1,
         "logical nodes; ranks placed contiguously (default 1)",
