@@ -34,6 +34,9 @@ import polars as pl
 
 from tracekit.analyses import (
     breakdown,
+    critical_path,
+    root_causes,
+    wait_states,
     collectives,
     matching,
     memory,
@@ -44,6 +47,7 @@ from tracekit.analyses import (
     pipeline_schedule,
     traffic_section,
     volume,
+    why,
 )
 from tracekit.analyses.section import Compute
 from tracekit.summary.collectives import Collectives, Matching, Volume
@@ -52,6 +56,7 @@ from tracekit.summary.nccl import Nccl
 from tracekit.summary.pipeline import Pipeline
 from tracekit.summary.ranks import Rank
 from tracekit.summary.traffic import Traffic
+from tracekit.summary.why import Why
 
 #: a frame's columns and their types
 Schema = Mapping[str, Any]
@@ -201,6 +206,19 @@ PREDICTION = Section(
     "what if the network were slower (tracekit predict)",
     figures=(Figure("predict_curve", "prediction:curve_for", NO_PREDICTION),),
 )
+WHY = Section(
+    "why",
+    "why: wait states, root causes, critical path",
+    struct=Why,
+    compute=why.why_section,
+    frames={
+        "wait_states": wait_states.WAITS_SCHEMA,
+        "wait_matrix": why.MATRIX_SCHEMA,
+        "rank_states": wait_states.STATES_SCHEMA,
+        "root_causes": root_causes.CAUSES_SCHEMA,
+        "critical_path": critical_path.PATH_SCHEMA,
+    },
+)
 
 #: Every section of summary.json, in the order they run (that of their warnings).
 SECTIONS: tuple[Section, ...] = (
@@ -213,6 +231,7 @@ SECTIONS: tuple[Section, ...] = (
     MEMORY,
     OVERLAP,
     VOLUME,
+    WHY,
 )
 
 #: What a report shows of one run, in order (figures, table or the no-data sentence).
