@@ -5,14 +5,16 @@ A call's members arrive at different times; no data moves before the last one ha
 is late, *Early Reduce* when the root of an n-to-1 waits, *Late Sender* / *Late Receiver* for
 point-to-point). So, per member rank r of a complete call (clocks aligned, tracekit.clock):
 
-    arrival_r     = its span's start (a send: when it was posted, the c10d call's start)
+    arrival_r     = when its program made the call: the c10d call's start on CPU (gloo's span
+                    starts when its runloop thread takes it up), else the span's start;
+                    start_ns in the frame, the member's time counted from there
     last_arrival  = max over members of arrival;  last_rank = who arrived then
-    wait_r        = clip(last_arrival - start_r, 0, duration_r)   waiting for the last peer
+    wait_r        = clip(last_arrival - arrival_r, 0, end_r - arrival_r)   waiting for the last peer
     transfer      = max(0, min over members of end - last_arrival)  the bytes moving
-    transfer_r    = min(transfer, end_r - max(start_r, last_arrival))
-    tail_r        = duration_r - wait_r - transfer_r   (a non-blocking span completed late)
-    done_r        = start_r + wait_r + transfer_r      (when its bytes had moved)
-    sync_r        = tail_r <= max(transfer, 50 us): the call held the rank until the end
+    transfer_r    = min(transfer, end_r - max(arrival_r, last_arrival))
+    tail_r        = end_r - arrival_r - wait_r - transfer_r   (a non-blocking span completed late)
+    done_r        = arrival_r + wait_r + transfer_r     (when its bytes had moved)
+    sync_r        = not p2p, or tail_r <= max(transfer, 50 us): the call held the rank
 
 Per rank: waiting_s (its waits), caused_s (the waits of others whose last arrival it was), and
 the breakdown with waiting as its own state: the timeline's exposed communication (state
@@ -75,7 +77,7 @@ def wait_rows(calls: pl.DataFrame) -> pl.DataFrame:
     t = (
         calls.filter(pl.col("complete") & pl.col("call_id").is_not_null())
         .with_columns(
-            pl.when(pl.col("op") == "send").then(posted).otherwise("start_ns").alias("_arr"),
+            posted.alias("_arr"),
             pl.when(is_p2p).then(2).otherwise(pl.col("group_size")).alias("_want"),
         )
         .with_columns(pl.len().over("call_id").alias("_n"))
@@ -94,7 +96,7 @@ def wait_rows(calls: pl.DataFrame) -> pl.DataFrame:
             (pl.col("_end") - pl.col("last_arrival_ns")).clip(0).alias("_transfer"),
         )
     )
-    dur = pl.col("end_ns") - pl.col("start_ns")
+    dur = pl.col("end_ns") - pl.col("_arr")
     op = pl.col("op")
     pattern = (
         pl.when(op == "recv")
@@ -112,30 +114,32 @@ def wait_rows(calls: pl.DataFrame) -> pl.DataFrame:
     out = (
         t.join(last, on="call_id")
         .with_columns(
-            (pl.col("last_arrival_ns") - pl.col("start_ns")).clip(0).alias("_w"),
+            (pl.col("last_arrival_ns") - pl.col("_arr")).clip(0).alias("_w"),
         )
         .with_columns(pl.min_horizontal("_w", dur).alias("wait_ns"))
         .with_columns(
             pl.min_horizontal(
                 "_transfer",
-                (pl.col("end_ns") - pl.max_horizontal("start_ns", "last_arrival_ns")).clip(0),
+                (pl.col("end_ns") - pl.max_horizontal("_arr", "last_arrival_ns")).clip(0),
             ).alias("transfer_ns")
         )
         .with_columns((dur - pl.col("wait_ns") - pl.col("transfer_ns")).alias("tail_ns"))
         .with_columns(
-            (pl.col("start_ns") + pl.col("wait_ns") + pl.col("transfer_ns")).alias("done_ns"),
-            # the rank left the call when its bytes had moved: a synchronisation for it (an
-            # isend completed by a later wait() is not: the rank's own program ended it)
-            (pl.col("tail_ns") <= pl.max_horizontal("_transfer", pl.lit(SYNC_SLACK_NS))).alias(
-                "sync"
-            ),
+            (pl.col("_arr") + pl.col("wait_ns") + pl.col("transfer_ns")).alias("done_ns"),
+            # a blocking call held the rank until its end; a p2p span that went on after its
+            # bytes had moved (an isend completed by a later wait()) ended by the rank's own
+            # program: not a synchronisation
+            (
+                ~is_p2p
+                | (pl.col("tail_ns") <= pl.max_horizontal("_transfer", pl.lit(SYNC_SLACK_NS)))
+            ).alias("sync"),
         )
         .select(
             "call_id",
             "op",
             pattern.alias("pattern"),
             "rank",
-            "start_ns",
+            pl.col("_arr").alias("start_ns"),
             "end_ns",
             "last_arrival_ns",
             "last_rank",

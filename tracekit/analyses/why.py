@@ -34,7 +34,7 @@ from tracekit.summary.why import (
 NS = 1e-9
 MATRIX_SCHEMA = {"waiter": pl.Int32, "cause": pl.Int32, "wait_ns": pl.Int64, "calls": pl.UInt32}
 #: a cause under this share of the mean rank span holds nobody up (Why.top_cause)
-SMALL = 0.05
+SMALL = 0.10
 
 
 def _ops(inp: SectionInput) -> dict[int, rc.Ops]:

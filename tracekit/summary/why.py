@@ -190,7 +190,7 @@ class Why(Record):
         int | None,
         M(
             "the rank charged with most waits (root_causes.per_rank[0]); null when none, or when "
-            "its cost is under 5 % of the mean rank span (no rank holds the others up)"
+            "its cost is under 10 % of the mean rank span (no rank holds the others up)"
         ),
     ]
     wait_states: Annotated[WaitStates, M("the waits of every complete call")]
