@@ -66,10 +66,12 @@ def walk(steps: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
         begin = dict(zip(part["rank"].to_list(), part["start_ns"].to_list(), strict=True))
         last = part.sort("end_ns", "rank", descending=[True, False]).row(0, named=True)
         r, t = int(last["rank"]), int(last["end_ns"])
-        while True:
+        # each hop goes strictly back in time (calls ending before t): a path has at most one
+        # hop per call; the bound only guards against a trace whose calls overlap oddly
+        for _ in range(2 * waits.height + 2):
             s0 = begin.get(r, t)
             ends, starts, arr, who, ids = arrays.get(r, (np.array([], np.int64),) * 4 + ([],))
-            k = int(np.searchsorted(ends, t, side="right")) - 1
+            k = int(np.searchsorted(ends, t, side="left")) - 1  # done < t
             if k < 0 or ends[k] <= s0:
                 rows.append((step, r, min(s0, t), t, "work", None))
                 break
@@ -83,6 +85,7 @@ def walk(steps: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
             else:
                 r, t = d, la
             if t <= begin.get(r, t):
+                rows.append((step, r, begin.get(r, t), t, "work", None))
                 break
     return pl.DataFrame(rows, schema=PATH_SCHEMA, orient="row").filter(
         pl.col("end_ns") > pl.col("start_ns")

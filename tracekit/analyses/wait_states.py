@@ -226,3 +226,43 @@ def matrix(waits: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("wait_ns").sum(), pl.len().alias("calls"))
         .sort("wait_ns", "waiter", "cause", descending=[True, False, False])
     )
+
+
+def by_order(calls: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Calls no process group matched (call_id null: traces without groups nor flight records,
+    as many foreign GPU traces), matched by order when every traced rank has the same sequence
+    of them (same count, same op): the k-th of each is one call (``order#k``) of the traced
+    ranks. A group larger than the traced ranks is analysed among those traced (a warning)."""
+    if calls.height == 0 or "call_id" not in calls.columns:
+        return calls, []
+    loose = calls.filter(pl.col("call_id").is_null())
+    if loose.height == 0 or calls.filter(pl.col("call_id").is_not_null()).height:
+        return calls, []
+    ranks = loose["rank"].unique().sort().to_list()
+    seqs = {
+        r: part.sort("start_ns")["op"].fill_null("?").to_list()
+        for (r,), part in loose.partition_by("rank", as_dict=True).items()
+    }
+    first = seqs[ranks[0]]
+    if len(ranks) < 2 or any(s != first for s in seqs.values()):
+        return calls, []
+    n = len(ranks)
+    matched = (
+        loose.sort("rank", "start_ns")
+        .with_columns(
+            pl.format("order#{}", pl.int_range(pl.len()).over("rank")).alias("call_id"),
+            pl.lit(True).alias("complete"),
+            pl.lit(n, pl.Int32).alias("group_size"),
+        )
+    )
+    warnings = [
+        f"why: {len(first)} communication calls per rank carry no process group: matched by "
+        f"order across the {n} traced ranks"
+    ]
+    sizes = loose["group_size"].drop_nulls().unique().to_list()
+    if any(s > n for s in sizes):
+        warnings.append(
+            f"why: their group has {max(sizes)} ranks, {n} traced: waits among the traced ones "
+            "(a wait on an untraced rank is not seen)"
+        )
+    return matched, warnings

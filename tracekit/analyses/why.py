@@ -56,7 +56,8 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
     """summary.json ``why`` and the frames wait_states, wait_matrix, root_causes, critical_path."""
     if inp.windows.height == 0:
         return SectionResult()
-    waits = ws.wait_rows(inp.collectives)
+    calls, warnings = ws.by_order(inp.collectives)
+    waits = ws.wait_rows(calls)
     segs = ws.timelines(inp)
     states, sets = ws.rank_states(segs, waits, inp.windows)
     mat = ws.matrix(waits).cast(MATRIX_SCHEMA)  # type: ignore[arg-type]
@@ -65,7 +66,6 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
     causes, inst = rc.root_causes(waits, sets, ops, starts)
     steps = cp.steps_of(inp.markers, inp.windows)
     path = cp.walk(steps, waits)
-    warnings: list[str] = []
     value = Why(
         diagnosis=[],
         top_cause=None,
@@ -173,6 +173,11 @@ def _critical_path(
     )
 
 
+def _short(name: str, width: int = 60) -> str:
+    """An op name cut for a line (GPU kernels' template names run to pages)."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
@@ -184,7 +189,7 @@ def diagnosis(w: Why, inp: SectionInput) -> list[str]:
     if w.top_cause is not None:
         top = rcs.per_rank[0]
         what = [c for c in rcs.top if c.rank == top.rank][:2]
-        doing = ", ".join(f"{c.what} {c.cost_s:.3g} s" for c in what)
+        doing = ", ".join(f"{_short(c.what)} {c.cost_s:.3g} s" for c in what)
         lines.append(
             f"rank {top.rank} holds the others up: {top.cost_s:.3g} s of their waits "
             f"({_pct(top.share)} of {rcs.wait_s:.3g} s) are charged to it ({doing})"
@@ -205,7 +210,7 @@ def diagnosis(w: Why, inp: SectionInput) -> list[str]:
             lines.append(
                 f"critical path: rank {main.rank} {_pct(main.share)}; "
                 + ", ".join(f"{s.state} {_pct(s.share)}" for s in states[:3] if s.seconds > 0)
-                + (f"; top op {path.top_ops[0].name} (rank {path.top_ops[0].rank})" if path.top_ops else "")
+                + (f"; top op {_short(path.top_ops[0].name)} (rank {path.top_ops[0].rank})" if path.top_ops else "")
             )
     for p in wst.pairs[:3]:
         lines.append(f"rank {p.waiter} waited {p.wait_s:.3g} s on rank {p.cause} ({p.calls} calls)")
