@@ -74,8 +74,9 @@ def test_with_equal_work_no_rank_is_charged_much(equal_run: Path) -> None:
     spans = {r.rank: r.span_s for r in a.summary.ranks}
     for r, cost in _op_charges(a).items():
         assert cost < 0.1 * spans[r], (r, cost, spans[r])
-    for r in why.root_causes.per_rank:
-        assert r.cost_s < 0.1 * spans[r.rank], r
+    # what is charged here is the ranks' profilers starting apart (the first barrier): states
+    # (idle, late start), never compute
+    assert all(c.kind == "state" or c.cost_s < 0.1 * spans[c.rank] for c in why.root_causes.top)
 
 
 def test_tracekit_why_names_the_straggler_first(slow_run: Path) -> None:
