@@ -68,15 +68,27 @@ def test_the_critical_path_runs_through_the_stragglers_compute(slow_run: Path) -
     assert {s.state: s.share for s in path.per_state}["compute"] > 0.5
 
 
-def test_with_equal_work_no_rank_is_charged_much(equal_run: Path) -> None:
+def _excess_s(run: Path) -> dict[int, float]:
+    """Per rank, its measured compute in excess of the other rank's, summed over steps where
+    it had more: on a loaded machine equal work is not equal time, and this says how much."""
+    c = json.loads((run / "straggler.json").read_text())["compute_s"]
+    return {r: sum(max(0.0, a - b) for a, b in zip(c[r], c[1 - r], strict=True)) for r in (0, 1)}
+
+
+def test_with_equal_work_a_rank_is_charged_no_more_than_it_really_computed(
+    equal_run: Path,
+) -> None:
     a = analyze(equal_run)
-    why = a.summary.why
     spans = {r.rank: r.span_s for r in a.summary.ranks}
+    excess = _excess_s(equal_run)
     for r, cost in _op_charges(a).items():
-        assert cost < 0.1 * spans[r], (r, cost, spans[r])
-    # what is charged here is the ranks' profilers starting apart (the first barrier): states
-    # (idle, late start), never compute
-    assert all(c.kind == "state" or c.cost_s < 0.1 * spans[c.rank] for c in why.root_causes.top)
+        # no compute charged beyond what the rank measurably did in excess (5 ms per step of
+        # slack for what perf_counter and the profiler see differently)
+        assert cost <= 1.25 * excess[r] + 0.005 * 5, (r, cost, excess, spans[r])
+    # what else is charged here is the ranks' profilers starting apart (the first barrier):
+    # states (idle, late start), never compute beyond the measured excess
+    top = a.summary.why.root_causes.top
+    assert all(c.kind == "state" or c.cost_s <= 1.25 * excess[c.rank] + 0.025 for c in top)
 
 
 def test_tracekit_why_names_the_straggler_first(slow_run: Path) -> None:
