@@ -114,6 +114,8 @@ NO_OVERLAP = "this run has no overlap data (ZeRO-3 / FSDP / HSDP runs have it)"
 NO_MEMORY = "this run has no memory data"
 NO_TRAFFIC = "this run has no traffic data"
 NO_COLLECTIVES = "this run has no collectives data"
+NO_WHY = "this run has no critical path (no window)"
+NO_WAITS = "this run has no waits on other ranks"
 NO_PREDICTION = "this run has no matched collective or p2p calls to predict from"
 
 RANKS = Section(
@@ -218,6 +220,11 @@ WHY = Section(
         "root_causes": root_causes.CAUSES_SCHEMA,
         "critical_path": critical_path.PATH_SCHEMA,
     },
+    figures=(
+        Figure("why_path", "why:path_of", NO_WHY),
+        Figure("why_matrix", "why:matrix_of", NO_WAITS),
+    ),
+    table="why_table",
 )
 
 #: Every section of summary.json, in the order they run (that of their warnings).
@@ -237,6 +244,7 @@ SECTIONS: tuple[Section, ...] = (
 #: What a report shows of one run, in order (figures, table or the no-data sentence).
 REPORT: tuple[Section, ...] = (
     RANKS,
+    WHY,
     TIMELINE,
     PIPELINE,
     OVERLAP,
@@ -252,6 +260,7 @@ PAGES: tuple[Page, ...] = (
     Page("/pipeline", "pipeline", (PIPELINE,)),
     Page("/overlap", "overlap & memory", (OVERLAP, MEMORY)),
     Page("/traffic", "traffic", (TRAFFIC, COLLECTIVES, PREDICTION)),
+    Page("/why", "why", (WHY,)),
 )
 
 
