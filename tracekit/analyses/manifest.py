@@ -244,7 +244,6 @@ SECTIONS: tuple[Section, ...] = (
 #: What a report shows of one run, in order (figures, table or the no-data sentence).
 REPORT: tuple[Section, ...] = (
     RANKS,
-    WHY,
     TIMELINE,
     PIPELINE,
     OVERLAP,
@@ -252,6 +251,7 @@ REPORT: tuple[Section, ...] = (
     TRAFFIC,
     COLLECTIVES,
     PREDICTION,
+    WHY,
 )
 
 #: The app's pages of sections, in the order of its navigation bar (after the index and the
