@@ -39,9 +39,7 @@ def steps_of(markers: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("step") < windows["steps"].min())
     )
     if m.height == 0:
-        return windows.select(
-            pl.lit(0, pl.Int32).alias("step"), "rank", "start_ns", "end_ns"
-        )
+        return windows.select(pl.lit(0, pl.Int32).alias("step"), "rank", "start_ns", "end_ns")
     return m.select(pl.col("step").cast(pl.Int32), "rank", "start_ns", "end_ns")
 
 
@@ -92,9 +90,9 @@ def walk(steps: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def shares(path: pl.DataFrame, sets: dict[int, Sets], ops: dict[int, Ops]) -> tuple[
-    dict[int, int], dict[str, int], list[tuple[int, str, int]]
-]:
+def shares(
+    path: pl.DataFrame, sets: dict[int, Sets], ops: dict[int, Ops]
+) -> tuple[dict[int, int], dict[str, int], list[tuple[int, str, int]]]:
     """ns on the path per rank, per state (compute, transfer, waiting, other, idle) and the top
     ops on it: (rank, name, ns), most first."""
     per_rank: dict[int, int] = {}
@@ -106,7 +104,10 @@ def shares(path: pl.DataFrame, sets: dict[int, Sets], ops: dict[int, Ops]) -> tu
         per_rank[r] = int((b - a).sum())
         if r in sets:
             s = sets[r]
-            inside = {k: int(iv.intersect((a, b), s[k])[1].sum() - iv.intersect((a, b), s[k])[0].sum()) for k in ("compute", "comm", "waiting", "other", "idle")}
+            inside = {
+                k: int(iv.intersect((a, b), s[k])[1].sum() - iv.intersect((a, b), s[k])[0].sum())
+                for k in ("compute", "comm", "waiting", "other", "idle")
+            }
             per_state["compute"] += inside["compute"]
             per_state["transfer"] += inside["comm"] - inside["waiting"]
             per_state["waiting"] += inside["waiting"]

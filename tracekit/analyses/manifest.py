@@ -34,10 +34,8 @@ import polars as pl
 
 from tracekit.analyses import (
     breakdown,
-    critical_path,
-    root_causes,
-    wait_states,
     collectives,
+    critical_path,
     matching,
     memory,
     overlap,
@@ -45,8 +43,10 @@ from tracekit.analyses import (
     pipeline_bubble,
     pipeline_ops,
     pipeline_schedule,
+    root_causes,
     traffic_section,
     volume,
+    wait_states,
     why,
 )
 from tracekit.analyses.section import Compute

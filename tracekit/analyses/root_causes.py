@@ -65,9 +65,7 @@ def top_level_ops(events: pl.DataFrame, gpu: bool) -> Ops:
     e = (
         e.select("tid", "device", "name", "start_ns", "end_ns")
         .sort("device", "tid", "start_ns", pl.col("end_ns"), descending=[False, False, False, True])
-        .with_columns(
-            pl.col("end_ns").cum_max().shift(1).over("device", "tid").alias("_reach")
-        )
+        .with_columns(pl.col("end_ns").cum_max().shift(1).over("device", "tid").alias("_reach"))
         .filter(pl.col("_reach").is_null() | (pl.col("start_ns") >= pl.col("_reach")))
         .sort("start_ns")
     )
@@ -84,8 +82,13 @@ def instances(waits: pl.DataFrame, starts: dict[int, int]) -> pl.DataFrame:
     """Each wait of a rank on the last arriver, with both ranks' interval since the previous
     call they shared: waiter, cause, call_id, wait_ns, w_from, w_to, d_from, d_to, at."""
     m = waits.select(
-        "call_id", "rank", "start_ns", pl.col("done_ns").alias("end_ns"), "last_rank",
-        "last_arrival_ns", "wait_ns",
+        "call_id",
+        "rank",
+        "start_ns",
+        pl.col("done_ns").alias("end_ns"),
+        "last_rank",
+        "last_arrival_ns",
+        "wait_ns",
     )
     pairs = (
         m.join(
@@ -111,11 +114,13 @@ def instances(waits: pl.DataFrame, starts: dict[int, int]) -> pl.DataFrame:
             pl.col("d").alias("cause"),
             "call_id",
             "wait_ns",
-            pl.min_horizontal(pl.col("w_from").fill_null(pl.col("_ws")), "start_ns").alias("w_from"),
+            pl.min_horizontal(pl.col("w_from").fill_null(pl.col("_ws")), "start_ns").alias(
+                "w_from"
+            ),
             pl.col("start_ns").alias("w_to"),
-            pl.min_horizontal(
-                pl.col("d_from").fill_null(pl.col("_ds")), "last_arrival_ns"
-            ).alias("d_from"),
+            pl.min_horizontal(pl.col("d_from").fill_null(pl.col("_ds")), "last_arrival_ns").alias(
+                "d_from"
+            ),
             pl.col("last_arrival_ns").alias("d_to"),
             pl.col("last_arrival_ns").alias("at"),
             pl.col("start_ns").alias("w_start"),
@@ -136,7 +141,9 @@ def _state_times(sets: Sets, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarr
     }
 
 
-def _per_rank(inst: pl.DataFrame, col: str, lo: str, hi: str, sets: dict[int, Sets]) -> dict[str, np.ndarray]:
+def _per_rank(
+    inst: pl.DataFrame, col: str, lo: str, hi: str, sets: dict[int, Sets]
+) -> dict[str, np.ndarray]:
     """State times of each instance's rank ``col`` inside [lo, hi], vectorised per rank."""
     out = {s: np.zeros(inst.height, np.int64) for s in STATES}
     ranks = inst[col].to_numpy()

@@ -160,7 +160,9 @@ def wait_intervals(waits: pl.DataFrame, rank: int) -> tuple[iv.Ints, iv.Ints]:
     return iv.union(s, s + w["wait_ns"].to_numpy().astype(np.int64))
 
 
-def state_sets(seg: pl.DataFrame, waits: pl.DataFrame, rank: int) -> dict[str, tuple[iv.Ints, iv.Ints]]:
+def state_sets(
+    seg: pl.DataFrame, waits: pl.DataFrame, rank: int
+) -> dict[str, tuple[iv.Ints, iv.Ints]]:
     """A rank's timeline as disjoint sets per state with waiting split out of ``comm``:
     compute (compute and overlap), overlap, transfer, waiting, other, idle."""
 
@@ -188,9 +190,7 @@ def length(sets: tuple[iv.Ints, iv.Ints]) -> int:
 
 def timelines(inp: SectionInput) -> dict[int, pl.DataFrame]:
     """rank -> its merged timeline segments (rank, start_ns, end_ns, state), sorted."""
-    return {
-        r: ref.read().sort("start_ns") for r, ref in inp.per_rank.timeline.items()
-    }
+    return {r: ref.read().sort("start_ns") for r, ref in inp.per_rank.timeline.items()}
 
 
 def rank_states(
@@ -247,13 +247,10 @@ def by_order(calls: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     if len(ranks) < 2 or any(s != first for s in seqs.values()):
         return calls, []
     n = len(ranks)
-    matched = (
-        loose.sort("rank", "start_ns")
-        .with_columns(
-            pl.format("order#{}", pl.int_range(pl.len()).over("rank")).alias("call_id"),
-            pl.lit(True).alias("complete"),
-            pl.lit(n, pl.Int32).alias("group_size"),
-        )
+    matched = loose.sort("rank", "start_ns").with_columns(
+        pl.format("order#{}", pl.int_range(pl.len()).over("rank")).alias("call_id"),
+        pl.lit(True).alias("complete"),
+        pl.lit(n, pl.Int32).alias("group_size"),
     )
     warnings = [
         f"why: {len(first)} communication calls per rank carry no process group: matched by "

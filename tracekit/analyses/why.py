@@ -62,7 +62,9 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
     states, sets = ws.rank_states(segs, waits, inp.windows)
     mat = ws.matrix(waits).cast(MATRIX_SCHEMA)  # type: ignore[arg-type]
     ops = _ops(inp)
-    starts = dict(zip(inp.windows["rank"].to_list(), inp.windows["start_ns"].to_list(), strict=True))
+    starts = dict(
+        zip(inp.windows["rank"].to_list(), inp.windows["start_ns"].to_list(), strict=True)
+    )
     causes, inst = rc.root_causes(waits, sets, ops, starts)
     steps = cp.steps_of(inp.markers, inp.windows)
     path = cp.walk(steps, waits)
@@ -105,9 +107,7 @@ def _wait_states(waits: pl.DataFrame, states: pl.DataFrame, mat: pl.DataFrame) -
         )
         for row in states.to_dicts()
     ]
-    calls = waits.group_by("call_id").agg(
-        pl.col("last_arrival_ns").first(), pl.col("end_ns").min()
-    )
+    calls = waits.group_by("call_id").agg(pl.col("last_arrival_ns").first(), pl.col("end_ns").min())
     transfer = calls.select((pl.col("end_ns") - pl.col("last_arrival_ns")).clip(0).sum()).item()
     patterns = (
         waits.filter(pl.col("wait_ns") > 0)
@@ -121,17 +121,20 @@ def _wait_states(waits: pl.DataFrame, states: pl.DataFrame, mat: pl.DataFrame) -
         transfer_s=int(transfer or 0) * NS,
         per_rank=per_rank,
         pairs=[
-            WaitPair(waiter=w, cause=c, wait_s=t * NS, calls=n)
-            for w, c, t, n in mat.iter_rows()
+            WaitPair(waiter=w, cause=c, wait_s=t * NS, calls=n) for w, c, t, n in mat.iter_rows()
         ],
-        patterns=[WaitPattern(pattern=p, wait_s=t * NS, rows=n) for p, t, n in patterns.iter_rows()],
+        patterns=[
+            WaitPattern(pattern=p, wait_s=t * NS, rows=n) for p, t, n in patterns.iter_rows()
+        ],
     )
 
 
 def _root_causes(causes: pl.DataFrame, inst: pl.DataFrame) -> RootCauses:
     total = int(inst["wait_ns"].sum()) if inst.height else 0
-    per = causes.group_by("rank").agg(pl.col("cost_ns").sum()).sort(
-        "cost_ns", "rank", descending=[True, False]
+    per = (
+        causes.group_by("rank")
+        .agg(pl.col("cost_ns").sum())
+        .sort("cost_ns", "rank", descending=[True, False])
     )
     return RootCauses(
         wait_s=total * NS,
@@ -210,7 +213,11 @@ def diagnosis(w: Why, inp: SectionInput) -> list[str]:
             lines.append(
                 f"critical path: rank {main.rank} {_pct(main.share)}; "
                 + ", ".join(f"{s.state} {_pct(s.share)}" for s in states[:3] if s.seconds > 0)
-                + (f"; top op {_short(path.top_ops[0].name)} (rank {path.top_ops[0].rank})" if path.top_ops else "")
+                + (
+                    f"; top op {_short(path.top_ops[0].name)} (rank {path.top_ops[0].rank})"
+                    if path.top_ops
+                    else ""
+                )
             )
     for p in wst.pairs[:3]:
         lines.append(f"rank {p.waiter} waited {p.wait_s:.3g} s on rank {p.cause} ({p.calls} calls)")

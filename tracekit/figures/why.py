@@ -76,20 +76,40 @@ def path_of(analysis: Any) -> go.Figure | None:
     fig = go.Figure()
     comm = tl.filter(pl.col("state").is_in(["compute", "overlap"]))
     x, yy = _lines(comm, t0, y)
-    fig.add_trace(go.Scatter(x=x, y=yy, mode="lines", name="compute",
-                             line={"color": _COLORS["compute"], "width": 14}))
+    fig.add_trace(
+        go.Scatter(
+            x=x, y=yy, mode="lines", name="compute", line={"color": _COLORS["compute"], "width": 14}
+        )
+    )
     if waits is not None and waits.height:
         w = waits.filter(pl.col("wait_ns") > 0).select(
             "rank", "start_ns", (pl.col("start_ns") + pl.col("wait_ns")).alias("end_ns")
         )
         x, yy = _lines(w, t0, y)
-        fig.add_trace(go.Scatter(x=x, y=yy, mode="lines", name="waiting",
-                                 line={"color": _COLORS["waiting"], "width": 14}))
-        t = waits.select("rank", pl.max_horizontal("start_ns", "last_arrival_ns").alias("start_ns"),
-                         pl.min_horizontal("end_ns", "done_ns").alias("end_ns"))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=yy,
+                mode="lines",
+                name="waiting",
+                line={"color": _COLORS["waiting"], "width": 14},
+            )
+        )
+        t = waits.select(
+            "rank",
+            pl.max_horizontal("start_ns", "last_arrival_ns").alias("start_ns"),
+            pl.min_horizontal("end_ns", "done_ns").alias("end_ns"),
+        )
         x, yy = _lines(t.filter(pl.col("end_ns") > pl.col("start_ns")), t0, y)
-        fig.add_trace(go.Scatter(x=x, y=yy, mode="lines", name="transfer",
-                                 line={"color": _COLORS["transfer"], "width": 14}))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=yy,
+                mode="lines",
+                name="transfer",
+                line={"color": _COLORS["transfer"], "width": 14},
+            )
+        )
     # the path: pieces in time order, joined (a hop is a vertical line at its time)
     p = path.filter(pl.col("rank").is_in(list(y))).sort("step", "start_ns")
     px: list[Any] = []
@@ -97,10 +117,15 @@ def path_of(analysis: Any) -> go.Figure | None:
     for row in p.iter_rows(named=True):
         px += [(row["start_ns"] - t0) * 1e-6, (row["end_ns"] - t0) * 1e-6]
         py += [y[row["rank"]] + 0.3, y[row["rank"]] + 0.3]
-    fig.add_trace(go.Scatter(x=px, y=py, mode="lines", name="critical path",
-                             line={"color": "black", "width": 3}))
-    fig.update_yaxes(tickvals=list(y.values()), ticktext=[f"rank {r}" for r in y],
-                     autorange="reversed")
+    fig.add_trace(
+        go.Scatter(
+            x=px, y=py, mode="lines", name="critical path", line={"color": "black", "width": 3}
+        )
+    )
+    fig.update_yaxes(
+        tickvals=list(y.values()), ticktext=[f"rank {r}" for r in y], autorange="reversed"
+    )
     fig.update_xaxes(title="ms from the first step's start")
-    return layout(fig, "timelines and the critical path across ranks",
-                  height=max(300, 90 * len(y) + 150))
+    return layout(
+        fig, "timelines and the critical path across ranks", height=max(300, 90 * len(y) + 150)
+    )
