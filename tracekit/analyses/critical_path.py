@@ -46,7 +46,7 @@ def steps_of(markers: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 def walk(steps: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     """``critical_path``: the pieces of each step's path."""
     calls: dict[int, pl.DataFrame] = {
-        int(r): part.sort("done_ns")  # type: ignore[arg-type]
+        int(r): part.sort("done_ns")
         for (r,), part in waits.filter("sync").partition_by("rank", as_dict=True).items()
     }
     arrays = {
@@ -99,7 +99,7 @@ def shares(
     per_state: dict[str, int] = {s: 0 for s in ("compute", "transfer", "waiting", "other", "idle")}
     top: list[tuple[int, str, int]] = []
     for (r,), p in path.partition_by("rank", as_dict=True).items():
-        r = int(r)  # type: ignore[arg-type]
+        r = int(r)
         a, b = iv.union(p["start_ns"].to_numpy(), p["end_ns"].to_numpy())
         per_rank[r] = int((b - a).sum())
         if r in sets:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
@@ -72,7 +72,7 @@ def path_of(analysis: Any) -> go.Figure | None:
     tl = analysis.timeline
     ranks = sorted(int(r) for r in tl["rank"].unique()) if tl.height else []
     y = {r: i for i, r in enumerate(ranks)}
-    t0 = int(path["start_ns"].min())
+    t0 = int(cast(int, path["start_ns"].min()))
     fig = go.Figure()
     comm = tl.filter(pl.col("state").is_in(["compute", "overlap"]))
     x, yy = _lines(comm, t0, y)
