@@ -74,6 +74,7 @@ COLUMNS: list[dict[str, Any]] = [
         "type": "numeric",
         "format": Format(precision=1, scheme=Scheme.percentage, nully=UNKNOWN),
     },
+    {"id": "why", "name": "diagnosis"},  # summary.json why.diagnosis[0]: the top cause
 ]
 
 
@@ -106,6 +107,7 @@ def row(
         "exposed": None,
         "bubble": None,
         "allgather_hidden": None,
+        "why": UNKNOWN,
     }
     if summary is None:
         return out
@@ -119,6 +121,9 @@ def row(
         bubble=_number(r["bubble_fraction"]),
         allgather_hidden=_number(r["allgather_hidden_fraction"]),
     )
+    why = getattr(summary, "why", None)
+    if why is not None and why.diagnosis:
+        out["why"] = why.diagnosis[0]
     return out
 
 

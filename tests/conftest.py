@@ -119,6 +119,7 @@ SLOW_MODULES = {
     "test_profile_api": "torchrun and srun-style 2-rank jobs",
     "test_tp": "tracekit run tp / tp-dp jobs",
     "test_zero": "tracekit run zero1-3 jobs",
+    "test_why": "2-rank gloo jobs with a planted straggler",
 }
 SLOW_FIXTURES = {  # "module::fixture" -> what it starts
     "test_dask::cluster": "a Dask scheduler and two workers",

@@ -31,6 +31,7 @@ COLUMNS = [
     "exposed comm",
     "bubble",
     "all-gather hidden",
+    "diagnosis",
 ]
 
 
@@ -111,7 +112,7 @@ def test_index_lists_every_run_with_its_numbers(page, server, root):
     }
     cells = {
         c: dict(zip(runs, _column(page, c)))
-        for c in ("ranks", "status", "step_s", "exposed", "bubble", "allgather_hidden")
+        for c in ("ranks", "status", "step_s", "exposed", "bubble", "allgather_hidden", "why")
     }
     for run in runs:
         (r,) = F.compare_rows([(run, analyze(root / run).summary)])
@@ -120,6 +121,8 @@ def test_index_lists_every_run_with_its_numbers(page, server, root):
         assert cells["exposed"][run] == _pct(r["exposed_comm_s"] / r["span_s"])
         assert cells["bubble"][run] == _pct(r["bubble_fraction"])
         assert cells["allgather_hidden"][run] == _pct(r["allgather_hidden_fraction"])
+        why = analyze(root / run).summary.why
+        assert cells["why"][run] == (why.diagnosis[0] if why else "–")
     assert cells["status"] == {
         "dp": "ok",
         "pp-gpipe": "ok",

@@ -37,8 +37,9 @@ def _kinds(fig: go.Figure) -> list[str]:
 
 def test_every_figure_on_the_synthetic_analysis(syn):
     figs = F.figures_for(syn)
-    # every figure but tracekit predict's curve: the synthetic run has no calls to replay
-    assert [k for k, f in figs.items() if f is None] == ["predict_curve"]
+    # every figure but tracekit predict's curve (the synthetic run has no calls to replay) and
+    # the why page's (no matched calls: no waits, no critical path frame)
+    assert [k for k, f in figs.items() if f is None] == ["predict_curve", "why_path", "why_matrix"]
     assert _kinds(figs["breakdown"]) == ["bar"] * 5
     tl = figs["timeline"]
     assert _kinds(tl).count("heatmap") == 1

@@ -61,7 +61,8 @@ def test_every_format_through_the_cli(tmp_path, fmt):
     if fmt == "html":
         text = data.decode()
         assert text.count("plotly.js v") == 1  # the library embedded exactly once
-        assert text.count("Plotly.newPlot(") == 4  # breakdown, timeline, bandwidth, collective time
+        # breakdown, timeline, bandwidth, collective time, why: path and matrix
+        assert text.count("Plotly.newPlot(") == 6
         assert "<script src=" not in text and not re.search(r"src=\"https?:", text)
         assert "this run has no pipeline data" in text and "this run has no traffic data" in text
     elif fmt == "pdf":
@@ -133,8 +134,8 @@ def test_comparison_of_two_paths(tmp_path):
         and "<h2>again</h2>" in text
     )
     assert (
-        text.count("Plotly.newPlot(") == 3 + 2 * 4
-    )  # step, breakdown, bytes (no memory) + 4 per run
+        text.count("Plotly.newPlot(") == 3 + 2 * 6
+    )  # step, breakdown, bytes (no memory) + 6 per run
     both = [analyze(TF), analyze(other)]
     md = write_report(both, tmp_path / "cmp.md", "md")
     lines = md.read_text().splitlines()

@@ -35,6 +35,7 @@ import polars as pl
 from tracekit.analyses import (
     breakdown,
     collectives,
+    critical_path,
     matching,
     memory,
     overlap,
@@ -42,8 +43,11 @@ from tracekit.analyses import (
     pipeline_bubble,
     pipeline_ops,
     pipeline_schedule,
+    root_causes,
     traffic_section,
     volume,
+    wait_states,
+    why,
 )
 from tracekit.analyses.section import Compute
 from tracekit.summary.collectives import Collectives, Matching, Volume
@@ -52,6 +56,7 @@ from tracekit.summary.nccl import Nccl
 from tracekit.summary.pipeline import Pipeline
 from tracekit.summary.ranks import Rank
 from tracekit.summary.traffic import Traffic
+from tracekit.summary.why import Why
 
 #: a frame's columns and their types
 Schema = Mapping[str, Any]
@@ -109,6 +114,8 @@ NO_OVERLAP = "this run has no overlap data (ZeRO-3 / FSDP / HSDP runs have it)"
 NO_MEMORY = "this run has no memory data"
 NO_TRAFFIC = "this run has no traffic data"
 NO_COLLECTIVES = "this run has no collectives data"
+NO_WHY = "this run has no critical path (no window)"
+NO_WAITS = "this run has no waits on other ranks"
 NO_PREDICTION = "this run has no matched collective or p2p calls to predict from"
 
 RANKS = Section(
@@ -201,6 +208,24 @@ PREDICTION = Section(
     "what if the network were slower (tracekit predict)",
     figures=(Figure("predict_curve", "prediction:curve_for", NO_PREDICTION),),
 )
+WHY = Section(
+    "why",
+    "why: wait states, root causes, critical path",
+    struct=Why,
+    compute=why.why_section,
+    frames={
+        "wait_states": wait_states.WAITS_SCHEMA,
+        "wait_matrix": why.MATRIX_SCHEMA,
+        "rank_states": wait_states.STATES_SCHEMA,
+        "root_causes": root_causes.CAUSES_SCHEMA,
+        "critical_path": critical_path.PATH_SCHEMA,
+    },
+    figures=(
+        Figure("why_path", "why:path_of", NO_WHY),
+        Figure("why_matrix", "why:matrix_of", NO_WAITS),
+    ),
+    table="why_table",
+)
 
 #: Every section of summary.json, in the order they run (that of their warnings).
 SECTIONS: tuple[Section, ...] = (
@@ -213,6 +238,7 @@ SECTIONS: tuple[Section, ...] = (
     MEMORY,
     OVERLAP,
     VOLUME,
+    WHY,
 )
 
 #: What a report shows of one run, in order (figures, table or the no-data sentence).
@@ -225,6 +251,7 @@ REPORT: tuple[Section, ...] = (
     TRAFFIC,
     COLLECTIVES,
     PREDICTION,
+    WHY,
 )
 
 #: The app's pages of sections, in the order of its navigation bar (after the index and the
@@ -233,6 +260,7 @@ PAGES: tuple[Page, ...] = (
     Page("/pipeline", "pipeline", (PIPELINE,)),
     Page("/overlap", "overlap & memory", (OVERLAP, MEMORY)),
     Page("/traffic", "traffic", (TRAFFIC, COLLECTIVES, PREDICTION)),
+    Page("/why", "why", (WHY,)),
 )
 
 

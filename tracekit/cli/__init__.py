@@ -30,6 +30,7 @@ _COMMANDS = {
     "report": ("tracekit.cli.analysis", "report_cmd"),
     "compare": ("tracekit.cli.analysis", "compare_cmd"),
     "predict": ("tracekit.cli.analysis", "predict_cmd"),
+    "why": ("tracekit.cli.why", "why_cmd"),
 }
 
 

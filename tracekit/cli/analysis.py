@@ -142,6 +142,10 @@ def analyze_cmd(
         tables.err.print(
             f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True
         )  # text, never markup
+    from tracekit.cli.why import diagnosis_lines
+
+    for line in diagnosis_lines(result.summary):  # the diagnosis heads the output
+        tables.out().print(line, highlight=False, markup=False)
     tables.out().print(tables.rank_table(result.summary))
     if (pipe := tables.pipeline_table(result.summary)) is not None:
         tables.out().print(pipe)

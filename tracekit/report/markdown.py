@@ -37,6 +37,8 @@ def write_md(
     for name, a in zip(names, analyses):
         s = a.summary
         lines += [f"## {_md_cell(name)}", "", f"source: {_md_cell(a.path)}", ""]
+        if s.why is not None:  # the diagnosis heads the run (tracekit why)
+            lines += ["**why**", ""] + [f"- {_md_cell(d)}" for d in s.why.diagnosis] + [""]
         for w in s.warnings:
             lines.append(f"- warning: {_md_cell(w)}")
         lines.append("")

@@ -136,6 +136,9 @@ def html_doc(
         s = a.summary
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts.append(f'<p class="src">{html.escape(_run_line(a))}</p>')
+        if s.why is not None:  # the diagnosis heads the run (tracekit why)
+            items = "".join(f"<li>{html.escape(d)}</li>" for d in s.why.diagnosis)
+            parts.append(f'<ul class="why">{items}</ul>')
         if tables:
             for w in s.warnings:
                 parts.append(f'<p class="warn">warning: {html.escape(str(w))}</p>')

@@ -16,7 +16,7 @@ import polars as pl
 from tracekit.analyses import manifest
 from tracekit.figures.compare import Run, compare_rows
 from tracekit.figures.pipeline import pipeline_theory_text
-from tracekit.figures.style import UNKNOWN, fmt_bytes, fmt_frac
+from tracekit.figures.style import UNKNOWN, fmt_bytes, fmt_frac, fmt_s
 from tracekit.summary import Summary
 from tracekit.summary.collectives import CollectiveGroup, CollectiveOp
 from tracekit.summary.traffic import TrafficGroup, TrafficOp
@@ -288,3 +288,18 @@ def table_of(section: manifest.Section) -> Callable[[Summary], Table | None] | N
         return None
     build: Callable[[Summary], Table | None] = globals()[section.table]
     return build
+
+
+def why_table(summary: Summary) -> Table | None:
+    """The root causes (summary.json ``why``): who and what the waits are charged to."""
+    why = summary.why
+    if why is None or not why.root_causes.top:
+        return None
+    rc = why.root_causes
+    rows = [[f"rank {c.rank}", c.what[:80], c.kind, fmt_s(c.cost_s)] for c in rc.top]
+    return (
+        f"root causes of {fmt_s(rc.wait_s)} of waits (direct {fmt_s(rc.direct_s)}, "
+        f"propagated {fmt_s(rc.propagated_s)})",
+        ["rank", "cause", "kind", "waits charged"],
+        rows,
+    )

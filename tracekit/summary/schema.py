@@ -11,6 +11,7 @@ from tracekit.summary.nccl import Nccl
 from tracekit.summary.pipeline import Pipeline
 from tracekit.summary.ranks import Rank, Run, Sampling, Window
 from tracekit.summary.traffic import Clock, Topology, Traffic
+from tracekit.summary.why import Why
 
 
 class Engine(Record):
@@ -54,4 +55,11 @@ class Summary(Record, omit_defaults=True):
     volume: Annotated[Volume | None, M("bytes sent per rank per step; null without calls or steps")]
     engine: Annotated[
         Engine | None, M("where the per-rank work ran; absent unless an engine was asked for")
+    ] = None
+    why: Annotated[
+        Why | None,
+        M(
+            "wait states, their root causes and the critical path (Scalasca; Böhme et al. 2010, "
+            "2012); null without a window"
+        ),
     ] = None

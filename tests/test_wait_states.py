@@ -1,0 +1,91 @@
+"""Wait states, the breakdown with waiting as its own state, root causes and the critical path on
+committed traces (the sample 1F1B pipeline, the DP sample, a one-rank trace) and the interval
+arithmetic under them. The planted-straggler ground truth is tests/test_why.py (slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from tracekit.analyses import intervals as iv
+from tracekit.analysis import analyze
+
+REPO = Path(__file__).resolve().parents[1]
+PP = REPO / "sample_traces" / "pp-1f1b"
+DP = REPO / "sample_traces" / "dp"
+
+
+@pytest.fixture(scope="module")
+def pp():
+    return analyze(PP)
+
+
+def test_interval_union_intersection_and_coverage() -> None:
+    s, e = iv.union(np.array([5, 0, 2, 20]), np.array([8, 3, 4, 25]))
+    assert s.tolist() == [0, 5, 20] and e.tolist() == [4, 8, 25]
+    a, b = iv.intersect((s, e), (np.array([1, 22]), np.array([6, 30])))
+    assert a.tolist() == [1, 5, 22] and b.tolist() == [4, 6, 25]
+    assert iv.inside(s, e, np.array([0, 1, 10]), np.array([30, 7, 11])).tolist() == [12, 5, 0]
+
+
+def test_pipeline_waiting_is_its_own_state_and_the_states_add_up(pp) -> None:
+    states = pp.frame("rank_states")
+    ranks = {r.rank: r for r in pp.summary.ranks}
+    for row in states.iter_rows(named=True):
+        total = sum(row[k] for k in ("compute_s", "transfer_s", "waiting_s", "other_s", "idle_s"))
+        assert total == pytest.approx(row["span_s"], abs=1e-6)
+        r = ranks[row["rank"]]
+        # exposed communication = transfer + waiting; waiting is most of it in the 1F1B bubble
+        assert row["transfer_s"] + row["waiting_s"] == pytest.approx(r.exposed_comm_s, abs=1e-6)
+        assert row["waiting_s"] > 0.5 * r.exposed_comm_s
+        assert row["transfer_s"] < 0.1 * r.exposed_comm_s
+
+
+def test_pipeline_waits_are_late_senders_and_the_matrix_is_the_chain(pp) -> None:
+    ws = pp.summary.why.wait_states
+    assert ws.patterns[0].pattern == "late_sender"
+    pairs = {(p.waiter, p.cause) for p in ws.pairs[:3]}
+    assert pairs <= {(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)}, pairs
+    assert sum(p.wait_s for p in ws.pairs) == pytest.approx(
+        pp.summary.why.root_causes.wait_s, rel=1e-9
+    )
+
+
+def test_every_wait_is_charged_once(pp) -> None:
+    rc = pp.summary.why.root_causes
+    assert sum(r.cost_s for r in rc.per_rank) == pytest.approx(rc.wait_s, rel=1e-6)
+    assert rc.direct_s + rc.propagated_s == pytest.approx(rc.wait_s, rel=1e-6)
+    assert rc.propagated_s > 0  # a stage late because it waited on its own neighbour
+
+
+def test_the_pipeline_critical_path_crosses_every_stage_and_covers_the_steps(pp) -> None:
+    path = pp.summary.why.critical_path
+    assert {r.rank for r in path.per_rank} == {0, 1, 2, 3}
+    assert sum(r.share for r in path.per_rank) == pytest.approx(1.0, abs=1e-6)
+    steps = pp.frame("critical_path")
+    # the pieces tile each step: no overlap, no gap
+    for (_,), part in steps.sort("start_ns").partition_by("step", as_dict=True).items():
+        assert (part["start_ns"][1:] == part["end_ns"][:-1]).all()
+
+
+def test_wait_rows_follow_the_scalasca_definition() -> None:
+    a = analyze(DP)
+    w = a.frame("wait_states")
+    assert w.height and (w["wait_ns"] >= 0).all()
+    last = w.filter(pl.col("rank") == pl.col("last_rank"))
+    assert (last["wait_ns"] == 0).all()
+    both = w.filter(pl.col("rank") != pl.col("last_rank"))
+    assert (both["wait_ns"] == (both["last_arrival_ns"] - both["start_ns"]).clip(0)).all()
+
+
+def test_a_single_rank_trace_has_a_path_and_no_cross_rank_waits(tmp_path: Path) -> None:
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "rank0.json.gz").write_bytes((DP / "traces" / "rank0.json.gz").read_bytes())
+    why = analyze(one).summary.why
+    assert why.critical_path.note == "one rank: no cross-rank waits"
+    assert why.wait_states.wait_s == 0 and why.top_cause is None
+    assert why.diagnosis[0] == "one rank: no cross-rank waits"

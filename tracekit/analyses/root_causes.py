@@ -1,0 +1,253 @@
+"""Root causes of wait states: Böhme et al.'s delay analysis (ICPP 2010), docs/metrics.md "Why".
+
+A wait of rank w at call c (tracekit.analyses.wait_states) is caused by the last rank d to
+arrive. d arrived late because, since the previous synchronisation point that w and d shared
+(the last call both were members of; else their window starts), it spent more time than w:
+its *excess* per state (compute, transfer, waiting, other, idle; compute split by op name):
+
+    excess_s = max(0, time of d in state s since that point - time of w likewise)
+
+The wait's cost is charged in proportion to the excess: the part on d's own work (compute by
+op, transfer, other, idle) is a *direct* cost of d; the part on d's own waiting is
+*propagated*: d was late because it waited on a third rank, so that share follows the causes
+of those waits (computed first: calls in order of their last arrival), to the original cause.
+A wait with no excess (d did the same work, only later) is charged to d as ``late start``.
+Every wait's cost is charged once: the costs over the causes sum to the total wait.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracekit.analyses import intervals as iv
+
+Sets = dict[str, tuple[iv.Ints, iv.Ints]]
+STATES = ("compute", "transfer", "waiting", "other", "idle")
+
+#: the frame ``root_causes``: cost per root-cause rank and what it did
+CAUSES_SCHEMA = {
+    "rank": pl.Int32,
+    "what": pl.Utf8,
+    "kind": pl.Utf8,
+    "cost_ns": pl.Int64,
+}
+
+
+@dataclass(frozen=True)
+class Ops:
+    """One rank's top-level work events (an op nested in another is counted in it)."""
+
+    names: list[str]
+    codes: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def by_name(self, a: int, b: int) -> dict[str, int]:
+        """Time per op name inside [a, b] (ops starting there, clipped to it)."""
+        i, j = np.searchsorted(self.starts, [a, b], side="left")
+        if j <= i:
+            return {}
+        d = np.clip(np.minimum(self.ends[i:j], b) - self.starts[i:j], 0, None)
+        sums = np.bincount(self.codes[i:j], weights=d, minlength=len(self.names))
+        return {self.names[k]: int(sums[k]) for k in np.flatnonzero(sums)}
+
+
+def top_level_ops(events: pl.DataFrame, gpu: bool) -> Ops:
+    """The compute events of a rank that no earlier one of its thread/stream contains (GPU
+    ranks: device kernels only, as the timeline's compute state)."""
+    e = events.filter(pl.col("kind") == "compute")
+    if gpu:
+        e = e.filter(pl.col("device") != "cpu")
+    e = (
+        e.select("tid", "device", "name", "start_ns", "end_ns")
+        .sort("device", "tid", "start_ns", pl.col("end_ns"), descending=[False, False, False, True])
+        .with_columns(pl.col("end_ns").cum_max().shift(1).over("device", "tid").alias("_reach"))
+        .filter(pl.col("_reach").is_null() | (pl.col("start_ns") >= pl.col("_reach")))
+        .sort("start_ns")
+    )
+    cats, codes = np.unique(e["name"].fill_null("?").to_numpy().astype(str), return_inverse=True)
+    return Ops(
+        cats.tolist(),
+        codes.astype(np.int64),
+        e["start_ns"].to_numpy().astype(np.int64),
+        e["end_ns"].to_numpy().astype(np.int64),
+    )
+
+
+def instances(waits: pl.DataFrame, starts: dict[int, int]) -> pl.DataFrame:
+    """Each wait of a rank on the last arriver, with both ranks' interval since the previous
+    call they shared: waiter, cause, call_id, wait_ns, w_from, w_to, d_from, d_to, at."""
+    m = waits.select(
+        "call_id",
+        "rank",
+        "start_ns",
+        pl.col("done_ns").alias("end_ns"),
+        "last_rank",
+        "last_arrival_ns",
+        "wait_ns",
+    )
+    pairs = (
+        m.join(
+            m.select("call_id", pl.col("rank").alias("d"), pl.col("end_ns").alias("d_end")),
+            on="call_id",
+        )
+        .filter(pl.col("rank") != pl.col("d"))
+        .sort("rank", "d", "start_ns")
+        .with_columns(
+            pl.col("end_ns").shift(1).over("rank", "d").alias("w_from"),
+            pl.col("d_end").shift(1).over("rank", "d").alias("d_from"),
+        )
+        .filter((pl.col("d") == pl.col("last_rank")) & (pl.col("wait_ns") > 0))
+    )
+    first = pl.DataFrame(
+        {"r": list(starts), "s": list(starts.values())}, schema={"r": pl.Int32, "s": pl.Int64}
+    )
+    return (
+        pairs.join(first.rename({"r": "rank", "s": "_ws"}), on="rank", how="left")
+        .join(first.rename({"r": "d", "s": "_ds"}), on="d", how="left")
+        .select(
+            pl.col("rank").alias("waiter"),
+            pl.col("d").alias("cause"),
+            "call_id",
+            "wait_ns",
+            pl.min_horizontal(pl.col("w_from").fill_null(pl.col("_ws")), "start_ns").alias(
+                "w_from"
+            ),
+            pl.col("start_ns").alias("w_to"),
+            pl.min_horizontal(pl.col("d_from").fill_null(pl.col("_ds")), "last_arrival_ns").alias(
+                "d_from"
+            ),
+            pl.col("last_arrival_ns").alias("d_to"),
+            pl.col("last_arrival_ns").alias("at"),
+            pl.col("start_ns").alias("w_start"),
+        )
+        .sort("at", "waiter")
+    )
+
+
+def _state_times(sets: Sets, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    comm = iv.inside(*sets["comm"], a, b)
+    waiting = iv.inside(*sets["waiting"], a, b)
+    return {
+        "compute": iv.inside(*sets["compute"], a, b),
+        "transfer": comm - waiting,
+        "waiting": waiting,
+        "other": iv.inside(*sets["other"], a, b),
+        "idle": iv.inside(*sets["idle"], a, b),
+    }
+
+
+def _per_rank(
+    inst: pl.DataFrame, col: str, lo: str, hi: str, sets: dict[int, Sets]
+) -> dict[str, np.ndarray]:
+    """State times of each instance's rank ``col`` inside [lo, hi], vectorised per rank."""
+    out = {s: np.zeros(inst.height, np.int64) for s in STATES}
+    ranks = inst[col].to_numpy()
+    a, b = inst[lo].to_numpy().astype(np.int64), inst[hi].to_numpy().astype(np.int64)
+    for r in np.unique(ranks):
+        if int(r) not in sets:
+            continue
+        sel = ranks == r
+        for s, v in _state_times(sets[int(r)], a[sel], b[sel]).items():
+            out[s][sel] = v
+    return out
+
+
+def root_causes(
+    waits: pl.DataFrame, sets: dict[int, Sets], ops: dict[int, Ops], starts: dict[int, int]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(``root_causes``: rank, what, kind ("op" or "state"), cost_ns; the instances with
+    their direct and propagated cost: waiter, cause, call_id, wait_ns, direct_ns,
+    propagated_ns)."""
+    inst = instances(waits, starts)
+    if inst.height == 0:
+        return pl.DataFrame(schema=CAUSES_SCHEMA), inst
+    d_t = _per_rank(inst, "cause", "d_from", "d_to", sets)
+    w_t = _per_rank(inst, "waiter", "w_from", "w_to", sets)
+    excess = {s: np.clip(d_t[s] - w_t[s], 0, None) for s in STATES}
+    rows = inst.to_dicts()
+    # each rank's wait instances, by start, to find those inside a cause's interval
+    vectors: list[dict[tuple[int, str, str], float]] = []
+    by_waiter: dict[int, list[int]] = defaultdict(list)
+    direct_col, prop_col = [], []
+    for i, row in enumerate(rows):
+        w_ns, d = row["wait_ns"], row["cause"]
+        ex = {s: float(excess[s][i]) for s in STATES}
+        total = sum(ex.values())
+        vec: dict[tuple[int, str, str], float] = defaultdict(float)
+        if total <= 0:
+            vec[(d, "late start", "state")] += w_ns
+            direct, prop = w_ns, 0.0
+        else:
+            prop = w_ns * ex["waiting"] / total
+            direct = w_ns - prop
+            for s in ("transfer", "other", "idle"):
+                if ex[s] > 0:
+                    vec[(d, s, "state")] += w_ns * ex[s] / total
+            if ex["compute"] > 0:
+                part = w_ns * ex["compute"] / total
+                _charge_ops(vec, d, part, row, ops)
+            if prop > 0:
+                _propagate(vec, prop, d, row, rows, vectors, by_waiter)
+        vectors.append(vec)
+        by_waiter[row["waiter"]].append(i)
+        direct_col.append(int(direct))
+        prop_col.append(int(prop))
+    totals: dict[tuple[int, str, str], float] = defaultdict(float)
+    for vec in vectors:
+        for k, v in vec.items():
+            totals[k] += v
+    causes = pl.DataFrame(
+        [(r, what, kind, int(round(v))) for (r, what, kind), v in totals.items() if v >= 0.5],
+        schema=CAUSES_SCHEMA,
+        orient="row",
+    ).sort("cost_ns", "rank", "what", descending=[True, False, False])
+    inst = inst.select("waiter", "cause", "call_id", "wait_ns").with_columns(
+        pl.Series("direct_ns", direct_col, pl.Int64), pl.Series("propagated_ns", prop_col, pl.Int64)
+    )
+    return causes, inst
+
+
+def _charge_ops(vec: dict, d: int, part: float, row: dict, ops: dict[int, Ops]) -> None:
+    """The compute share of a wait, on the cause's ops in excess of the waiter's, by name."""
+    mine = ops[d].by_name(row["d_from"], row["d_to"]) if d in ops else {}
+    w = row["waiter"]
+    theirs = ops[w].by_name(row["w_from"], row["w_to"]) if w in ops else {}
+    ex = {n: t - theirs.get(n, 0) for n, t in mine.items() if t > theirs.get(n, 0)}
+    total = sum(ex.values())
+    if total <= 0:
+        vec[(d, "compute", "state")] += part
+        return
+    for n, v in ex.items():
+        vec[(d, n, "op")] += part * v / total
+
+
+def _propagate(
+    vec: dict,
+    prop: float,
+    d: int,
+    row: dict,
+    rows: list[dict],
+    vectors: list[dict],
+    by_waiter: dict[int, list[int]],
+) -> None:
+    """The waiting share of a wait, on the causes of the cause's own waits in its interval."""
+    a, b = row["d_from"], row["d_to"]
+    mine = [
+        (j, min(rows[j]["w_start"] + rows[j]["wait_ns"], b) - max(rows[j]["w_start"], a))
+        for j in by_waiter.get(d, [])
+    ]
+    mine = [(j, o) for j, o in mine if o > 0]
+    total = sum(o for _, o in mine)
+    if total <= 0:
+        vec[(d, "waiting", "state")] += prop
+        return
+    for j, o in mine:
+        src = vectors[j]
+        s = sum(src.values())
+        for k, v in src.items():
+            vec[k] += prop * (o / total) * (v / s)

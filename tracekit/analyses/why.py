@@ -1,0 +1,224 @@
+"""summary.json ``why``: wait states -> root causes -> critical path, and the diagnosis lines.
+
+tracekit.analyses.wait_states (Scalasca's patterns), .root_causes (Böhme et al. 2010),
+.critical_path (Böhme et al. 2012) on the section input; this module runs them and words the
+result (``diagnosis``: the first line names the top delaying rank).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import msgspec
+import polars as pl
+
+from tracekit.analyses import critical_path as cp
+from tracekit.analyses import root_causes as rc
+from tracekit.analyses import wait_states as ws
+from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.summary.why import (
+    Cause,
+    CauseRank,
+    CriticalPath,
+    PathOp,
+    PathRank,
+    PathState,
+    RootCauses,
+    WaitPair,
+    WaitPattern,
+    WaitRank,
+    WaitStates,
+    Why,
+)
+
+NS = 1e-9
+MATRIX_SCHEMA = {"waiter": pl.Int32, "cause": pl.Int32, "wait_ns": pl.Int64, "calls": pl.UInt32}
+#: a cause under this share of the mean rank span holds nobody up (Why.top_cause)
+SMALL = 0.10
+
+
+def _ops(inp: SectionInput) -> dict[int, rc.Ops]:
+    gpu = {i.rank for i in inp.infos if getattr(i, "has_gpu", False)}
+    out = {}
+    for r, ref in inp.job.rank_events.items():
+        if r not in inp.per_rank.timeline:
+            continue
+        ev = ref.lazy().select("kind", "device", "tid", "name", "start_ns", "end_ns").collect()
+        shift = inp.shifts.get(r, 0)
+        if shift:
+            ev = ev.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
+        is_gpu = r in gpu or ev.filter(pl.col("device") != "cpu").height > 0
+        out[r] = rc.top_level_ops(ev, is_gpu)
+    return out
+
+
+def why_section(inp: SectionInput) -> SectionResult[Why]:
+    """summary.json ``why`` and the frames wait_states, wait_matrix, root_causes, critical_path."""
+    if inp.windows.height == 0:
+        return SectionResult()
+    calls, warnings = ws.by_order(inp.collectives)
+    waits = ws.wait_rows(calls)
+    segs = ws.timelines(inp)
+    states, sets = ws.rank_states(segs, waits, inp.windows)
+    mat = ws.matrix(waits).cast(MATRIX_SCHEMA)  # type: ignore[arg-type]
+    ops = _ops(inp)
+    starts = dict(
+        zip(inp.windows["rank"].to_list(), inp.windows["start_ns"].to_list(), strict=True)
+    )
+    causes, inst = rc.root_causes(waits, sets, ops, starts)
+    steps = cp.steps_of(inp.markers, inp.windows)
+    path = cp.walk(steps, waits)
+    value = Why(
+        diagnosis=[],
+        top_cause=None,
+        wait_states=_wait_states(waits, states, mat),
+        root_causes=_root_causes(causes, inst),
+        critical_path=_critical_path(path, sets, ops, len(segs)),
+    )
+    spans = states["span_s"].to_list()
+    top = value.root_causes.per_rank[0] if value.root_causes.per_rank else None
+    mean_span = statistics.fmean(spans) if spans else 0.0
+    if top is not None and mean_span > 0 and top.cost_s >= SMALL * mean_span:
+        value = msgspec.structs.replace(value, top_cause=top.rank)
+    value = msgspec.structs.replace(value, diagnosis=diagnosis(value, inp))
+    frames = {
+        "wait_states": waits,
+        "wait_matrix": mat,
+        "rank_states": states,
+        "root_causes": causes,
+        "critical_path": path,
+    }
+    return SectionResult(value, frames, warnings)
+
+
+def _wait_states(waits: pl.DataFrame, states: pl.DataFrame, mat: pl.DataFrame) -> WaitStates:
+    waited = dict(waits.group_by("rank").agg(pl.col("wait_ns").sum()).iter_rows())
+    caused = dict(
+        waits.filter(pl.col("rank") != pl.col("last_rank"))
+        .group_by("last_rank")
+        .agg(pl.col("wait_ns").sum())
+        .iter_rows()
+    )
+    per_rank = [
+        WaitRank(
+            **{k: v for k, v in row.items() if k != "overlap_s"},
+            waited_s=waited.get(row["rank"], 0) * NS,
+            caused_s=caused.get(row["rank"], 0) * NS,
+        )
+        for row in states.to_dicts()
+    ]
+    calls = waits.group_by("call_id").agg(pl.col("last_arrival_ns").first(), pl.col("end_ns").min())
+    transfer = calls.select((pl.col("end_ns") - pl.col("last_arrival_ns")).clip(0).sum()).item()
+    patterns = (
+        waits.filter(pl.col("wait_ns") > 0)
+        .group_by("pattern")
+        .agg(pl.col("wait_ns").sum(), pl.len())
+        .sort("wait_ns", "pattern", descending=[True, False])
+    )
+    return WaitStates(
+        calls=calls.height,
+        wait_s=int(waits["wait_ns"].sum()) * NS,
+        transfer_s=int(transfer or 0) * NS,
+        per_rank=per_rank,
+        pairs=[
+            WaitPair(waiter=w, cause=c, wait_s=t * NS, calls=n) for w, c, t, n in mat.iter_rows()
+        ],
+        patterns=[
+            WaitPattern(pattern=p, wait_s=t * NS, rows=n) for p, t, n in patterns.iter_rows()
+        ],
+    )
+
+
+def _root_causes(causes: pl.DataFrame, inst: pl.DataFrame) -> RootCauses:
+    total = int(inst["wait_ns"].sum()) if inst.height else 0
+    per = (
+        causes.group_by("rank")
+        .agg(pl.col("cost_ns").sum())
+        .sort("cost_ns", "rank", descending=[True, False])
+    )
+    return RootCauses(
+        wait_s=total * NS,
+        direct_s=(int(inst["direct_ns"].sum()) if inst.height else 0) * NS,
+        propagated_s=(int(inst["propagated_ns"].sum()) if inst.height else 0) * NS,
+        per_rank=[
+            CauseRank(rank=r, cost_s=c * NS, share=c / total if total else 0.0)
+            for r, c in per.iter_rows()
+        ],
+        top=[
+            Cause(rank=r, what=w, kind=k, cost_s=c * NS)
+            for r, w, k, c in causes.head(10).iter_rows()
+        ],
+    )
+
+
+def _critical_path(
+    path: pl.DataFrame, sets: dict[int, rc.Sets], ops: dict[int, rc.Ops], ranks: int
+) -> CriticalPath | None:
+    if path.height == 0:
+        return None
+    per_rank, per_state, top = cp.shares(path, sets, ops)
+    lengths = path.group_by("step").agg((pl.col("end_ns") - pl.col("start_ns")).sum())["end_ns"]
+    length = int(lengths.sum())
+    return CriticalPath(
+        steps=lengths.len(),
+        length_s=length * NS,
+        step_s=float(lengths.median() or 0) * NS,  # type: ignore[arg-type]
+        per_rank=[
+            PathRank(rank=r, seconds=v * NS, share=v / length if length else 0.0)
+            for r, v in sorted(per_rank.items(), key=lambda x: (-x[1], x[0]))
+        ],
+        per_state=[
+            PathState(state=s, seconds=v * NS, share=v / length if length else 0.0)
+            for s, v in per_state.items()
+        ],
+        top_ops=[PathOp(rank=r, name=n, seconds=v * NS) for r, n, v in top[:10]],
+        note="one rank: no cross-rank waits" if ranks == 1 else None,
+    )
+
+
+def _short(name: str, width: int = 60) -> str:
+    """An op name cut for a line (GPU kernels' template names run to pages)."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def diagnosis(w: Why, inp: SectionInput) -> list[str]:
+    """The few lines of `tracekit why`: the top delaying rank first."""
+    lines = []
+    rcs, wst, path = w.root_causes, w.wait_states, w.critical_path
+    if w.top_cause is not None:
+        top = rcs.per_rank[0]
+        what = [c for c in rcs.top if c.rank == top.rank][:2]
+        doing = ", ".join(f"{_short(c.what)} {c.cost_s:.3g} s" for c in what)
+        lines.append(
+            f"rank {top.rank} holds the others up: {top.cost_s:.3g} s of their waits "
+            f"({_pct(top.share)} of {rcs.wait_s:.3g} s) are charged to it ({doing})"
+        )
+    elif len(wst.per_rank) > 1:
+        lines.append(
+            f"no rank holds the others up: waits on peers total {rcs.wait_s:.3g} s, none charged "
+            f"more than {_pct(SMALL)} of a rank's span"
+        )
+    else:
+        lines.append("one rank: no cross-rank waits")
+    if path is not None:
+        step = f"step: {path.step_s:.3g} s" if path.step_s else "window"
+        lines.append(f"{step} ({path.steps} step(s) walked, {path.length_s:.3g} s of path)")
+        main = path.per_rank[0] if path.per_rank else None
+        states = sorted(path.per_state, key=lambda s: -s.seconds)
+        if main is not None:
+            lines.append(
+                f"critical path: rank {main.rank} {_pct(main.share)}; "
+                + ", ".join(f"{s.state} {_pct(s.share)}" for s in states[:3] if s.seconds > 0)
+                + (
+                    f"; top op {_short(path.top_ops[0].name)} (rank {path.top_ops[0].rank})"
+                    if path.top_ops
+                    else ""
+                )
+            )
+    for p in wst.pairs[:3]:
+        lines.append(f"rank {p.waiter} waited {p.wait_s:.3g} s on rank {p.cause} ({p.calls} calls)")
+    return lines

@@ -1,0 +1,131 @@
+"""The why page: the timelines with the critical path drawn across ranks, and who waits on whom
+(summary.json ``why``, tracekit.analyses.why)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+import plotly.graph_objects as go
+import polars as pl
+
+from tracekit.figures.read import frame
+from tracekit.figures.style import layout
+
+# the states of the breakdown with waiting as its own state (tracekit.analyses.wait_states)
+_COLORS = {
+    "compute": "#4c78a8",
+    "transfer": "#f58518",
+    "waiting": "#e45756",
+    "other": "#b279a2",
+}
+MAX_SEGMENTS = 20_000  # per state: beyond, the timeline would not draw in a browser
+
+
+def matrix_of(analysis: Any) -> go.Figure | None:
+    """``why_matrix``: seconds each rank (row) waited on each last-arriving rank (column)."""
+    why = analysis.summary.why
+    if why is None or not why.wait_states.pairs:
+        return None
+    ranks = sorted({r.rank for r in why.wait_states.per_rank})
+    pos = {r: i for i, r in enumerate(ranks)}
+    z = np.full((len(ranks), len(ranks)), np.nan)
+    for p in why.wait_states.pairs:
+        if p.waiter in pos and p.cause in pos:
+            z[pos[p.waiter], pos[p.cause]] = p.wait_s
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[f"rank {r}" for r in ranks],
+            y=[f"rank {r}" for r in ranks],
+            colorscale="Reds",
+            colorbar={"title": "s"},
+            hovertemplate="%{y} waited %{z:.4g} s on %{x}<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed", title="waiter")
+    fig.update_xaxes(title="arrived last")
+    return layout(fig, "who waits on whom (Scalasca wait states, seconds)")
+
+
+def _lines(f: pl.DataFrame, t0: int, y: dict[int, int]) -> tuple[list[Any], list[Any]]:
+    """Segments as one line trace: x start, end, None; y the rank's row."""
+    f = f.head(MAX_SEGMENTS)
+    xs = np.column_stack(
+        [(f["start_ns"] - t0) * 1e-6, (f["end_ns"] - t0) * 1e-6, np.full(f.height, np.nan)]
+    ).ravel()
+    rows = np.array([y[int(r)] for r in f["rank"]], dtype=float)
+    ys = np.column_stack([rows, rows, np.full(f.height, np.nan)]).ravel()
+    return [None if np.isnan(v) else float(v) for v in xs], [
+        None if np.isnan(v) else float(v) for v in ys
+    ]
+
+
+def path_of(analysis: Any) -> go.Figure | None:
+    """``why_path``: each rank's timeline (compute, transfer, waiting) and the critical path
+    across ranks as a black line, hops between ranks drawn vertically."""
+    why = analysis.summary.why
+    path = frame(analysis, "critical_path")
+    if why is None or path is None or path.height == 0:
+        return None
+    waits = frame(analysis, "wait_states")
+    tl = analysis.timeline
+    ranks = sorted(int(r) for r in tl["rank"].unique()) if tl.height else []
+    y = {r: i for i, r in enumerate(ranks)}
+    t0 = int(cast(int, path["start_ns"].min()))
+    fig = go.Figure()
+    comm = tl.filter(pl.col("state").is_in(["compute", "overlap"]))
+    x, yy = _lines(comm, t0, y)
+    fig.add_trace(
+        go.Scatter(
+            x=x, y=yy, mode="lines", name="compute", line={"color": _COLORS["compute"], "width": 14}
+        )
+    )
+    if waits is not None and waits.height:
+        w = waits.filter(pl.col("wait_ns") > 0).select(
+            "rank", "start_ns", (pl.col("start_ns") + pl.col("wait_ns")).alias("end_ns")
+        )
+        x, yy = _lines(w, t0, y)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=yy,
+                mode="lines",
+                name="waiting",
+                line={"color": _COLORS["waiting"], "width": 14},
+            )
+        )
+        t = waits.select(
+            "rank",
+            pl.max_horizontal("start_ns", "last_arrival_ns").alias("start_ns"),
+            pl.min_horizontal("end_ns", "done_ns").alias("end_ns"),
+        )
+        x, yy = _lines(t.filter(pl.col("end_ns") > pl.col("start_ns")), t0, y)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=yy,
+                mode="lines",
+                name="transfer",
+                line={"color": _COLORS["transfer"], "width": 14},
+            )
+        )
+    # the path: pieces in time order, joined (a hop is a vertical line at its time)
+    p = path.filter(pl.col("rank").is_in(list(y))).sort("step", "start_ns")
+    px: list[Any] = []
+    py: list[Any] = []
+    for row in p.iter_rows(named=True):
+        px += [(row["start_ns"] - t0) * 1e-6, (row["end_ns"] - t0) * 1e-6]
+        py += [y[row["rank"]] + 0.3, y[row["rank"]] + 0.3]
+    fig.add_trace(
+        go.Scatter(
+            x=px, y=py, mode="lines", name="critical path", line={"color": "black", "width": 3}
+        )
+    )
+    fig.update_yaxes(
+        tickvals=list(y.values()), ticktext=[f"rank {r}" for r in y], autorange="reversed"
+    )
+    fig.update_xaxes(title="ms from the first step's start")
+    return layout(
+        fig, "timelines and the critical path across ranks", height=max(300, 90 * len(y) + 150)
+    )

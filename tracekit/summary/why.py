@@ -1,0 +1,198 @@
+"""summary.json ``why``: wait states, their root causes and the critical path across ranks.
+
+Scalasca's wait-state patterns (Wait at N x N, Late Sender, Late Receiver, Late Broadcast,
+Early Reduce), Böhme et al.'s delay analysis (ICPP 2010: "Identifying the root causes of wait
+states in large-scale parallel applications") and critical-path profile (IPDPS 2012).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from tracekit.summary.base import M, Record
+
+_WAIT = (
+    "Scalasca wait states: per member of a complete call, clip(last arrival - its start, 0, "
+    "duration); the last arrival is the latest member's start (a send: when it was posted)"
+)
+
+
+class WaitRank(Record):
+    """One rank: its waits, the waits it caused, and its time with waiting as its own state
+    (compute + transfer_s + waiting_s + other + idle = span)."""
+
+    rank: Annotated[int, M("the rank")]
+    span_s: Annotated[float, M("its window, seconds (as `ranks[].span_s`)")]
+    compute_s: Annotated[float, M("compute, seconds (as `ranks[].compute_s`)")]
+    transfer_s: Annotated[
+        float,
+        M(
+            "exposed communication that is not waiting: `ranks[].exposed_comm_s` minus "
+            "waiting_s, seconds (bytes moving, not under compute)"
+        ),
+    ]
+    waiting_s: Annotated[
+        float,
+        M(
+            "waiting on peers: exposed communication inside the rank's wait intervals "
+            "(" + _WAIT + "), seconds"
+        ),
+    ]
+    other_s: Annotated[float, M("memcpy / memset / sync, seconds (as `ranks[].other_s`)")]
+    idle_s: Annotated[float, M("none of the above, seconds (as `ranks[].idle_s`)")]
+    comm_transfer_s: Annotated[
+        float,
+        M("communication less waiting, overlapped or not: `ranks[].comm_s` - waiting_s, seconds"),
+    ]
+    waited_s: Annotated[
+        float, M("its waits summed over its calls (under compute or not), seconds (Scalasca)")
+    ]
+    caused_s: Annotated[
+        float,
+        M("the waits of others at calls where this rank arrived last, seconds (Scalasca)"),
+    ]
+
+
+class WaitPair(Record):
+    """One cell of the who-waits-on-whom matrix."""
+
+    waiter: Annotated[int, M("the rank that waited")]
+    cause: Annotated[int, M("the rank that arrived last")]
+    wait_s: Annotated[float, M("the waiter's waits at calls where cause arrived last, seconds")]
+    calls: Annotated[int, M("those calls")]
+
+
+class WaitPattern(Record):
+    """Waits per Scalasca pattern."""
+
+    pattern: Annotated[
+        str,
+        M(
+            "`wait_at_nxn` (all_reduce, all_gather, reduce_scatter, all_to_all, barrier), "
+            "`late_broadcast`, `early_reduce`, `late_sender` (a recv waits for its send), "
+            "`late_receiver` (a send waits for its recv)"
+        ),
+    ]
+    wait_s: Annotated[float, M("waits of that pattern, seconds")]
+    rows: Annotated[int, M("member rows of that pattern with a wait")]
+
+
+class WaitStates(Record):
+    """Wait states of every complete matched call (frame `wait_states.parquet`)."""
+
+    calls: Annotated[int, M("complete calls with every member in the window")]
+    wait_s: Annotated[float, M("waits summed over every member row, seconds (" + _WAIT + ")")]
+    transfer_s: Annotated[
+        float,
+        M(
+            "per call max(0, earliest member end - last arrival), summed over calls, seconds: the "
+            "bytes moving once everyone is there"
+        ),
+    ]
+    per_rank: Annotated[list[WaitRank], M("one row per rank")]
+    pairs: Annotated[list[WaitPair], M("who waits on whom, most first (frame `wait_matrix`)")]
+    patterns: Annotated[list[WaitPattern], M("waits per Scalasca pattern, most first")]
+
+
+class Cause(Record):
+    """A root cause: a rank and what it did, and the waits charged to it."""
+
+    rank: Annotated[int, M("the delaying rank (after following chains to the original cause)")]
+    what: Annotated[
+        str,
+        M(
+            "an op name (its compute in excess of the waiting peer's), or a state: `transfer`, "
+            "`other`, `idle`, `compute` (no op named), `waiting` (a wait whose cause is not "
+            "traced), `late start` (no excess: the same work, begun later)"
+        ),
+    ]
+    kind: Annotated[str, M("`op` or `state`")]
+    cost_s: Annotated[float, M("the waits charged to it, seconds (Böhme et al. ICPP 2010)")]
+
+
+class CauseRank(Record):
+    """The waits charged to one rank."""
+
+    rank: Annotated[int, M("the rank")]
+    cost_s: Annotated[
+        float,
+        M("waits charged to this rank as root cause, direct and propagated, seconds (Böhme 2010)"),
+    ]
+    share: Annotated[float, M("cost_s / root_causes.wait_s")]
+
+
+class RootCauses(Record):
+    """Böhme et al.'s delay analysis: each wait charged to the work that delayed its cause
+    (frame `root_causes.parquet`)."""
+
+    wait_s: Annotated[float, M("waits on another rank analysed, seconds")]
+    direct_s: Annotated[
+        float, M("the part charged to the last arriver's own excess work, seconds (Böhme 2010)")
+    ]
+    propagated_s: Annotated[
+        float,
+        M(
+            "the part on the last arriver's own waiting, passed to the causes of those waits, "
+            "seconds (Böhme 2010's propagating wait states)"
+        ),
+    ]
+    per_rank: Annotated[list[CauseRank], M("cost per root-cause rank, most first")]
+    top: Annotated[list[Cause], M("the 10 largest causes (rank, op or state), most first")]
+
+
+class PathRank(Record):
+    """A rank's share of the critical path."""
+
+    rank: Annotated[int, M("the rank")]
+    seconds: Annotated[float, M("its time on the path, summed over steps")]
+    share: Annotated[float, M("seconds / critical_path.length_s")]
+
+
+class PathState(Record):
+    """A state's share of the critical path."""
+
+    state: Annotated[str, M("`compute`, `transfer`, `waiting`, `other` or `idle`")]
+    seconds: Annotated[float, M("time on the path in that state, summed over steps")]
+    share: Annotated[float, M("seconds / critical_path.length_s")]
+
+
+class PathOp(Record):
+    """An op on the critical path."""
+
+    rank: Annotated[int, M("its rank")]
+    name: Annotated[str, M("the op (a top-level compute event)")]
+    seconds: Annotated[float, M("its time on the path, summed over steps")]
+
+
+class CriticalPath(Record):
+    """Böhme et al.'s critical path (IPDPS 2012) of each step across ranks (frame
+    `critical_path.parquet`)."""
+
+    steps: Annotated[int, M("steps walked (the window as one when there are no step markers)")]
+    length_s: Annotated[float, M("the paths' lengths summed over steps, seconds")]
+    step_s: Annotated[float | None, M("median length of one step's path, seconds")]
+    per_rank: Annotated[list[PathRank], M("time on the path per rank, most first")]
+    per_state: Annotated[list[PathState], M("time on the path per state")]
+    top_ops: Annotated[list[PathOp], M("the 10 ops with most time on the path")]
+    note: Annotated[
+        str | None, M("`one rank: no cross-rank waits` for a single-rank trace, else null")
+    ]
+
+
+class Why(Record):
+    """Why the step takes the time it does: wait states, root causes, critical path."""
+
+    diagnosis: Annotated[
+        list[str],
+        M("a few lines (`tracekit why`): the top cause first, the step, the path, the top waits"),
+    ]
+    top_cause: Annotated[
+        int | None,
+        M(
+            "the rank charged with most waits (root_causes.per_rank[0]); null when none, or when "
+            "its cost is under 10 % of the mean rank span (no rank holds the others up)"
+        ),
+    ]
+    wait_states: Annotated[WaitStates, M("the waits of every complete call")]
+    root_causes: Annotated[RootCauses, M("what caused them")]
+    critical_path: Annotated[CriticalPath | None, M("the path across ranks; null without a window")]
