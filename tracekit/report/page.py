@@ -33,7 +33,7 @@ th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
 .caption { font-weight: 600; margin-top: 8px; } .nodata { color: #777; font-style: italic; }
 .warn { color: #8a5a00; } .src { color: #555; font-size: 13px; } .fig { margin: 8px 0; }
 .fig img { display: block; width: 100%; height: auto; }
-table { width: 100%; table-layout: auto; } th, td { overflow-wrap: anywhere; }
+table { width: 100%; table-layout: auto; } th, td { overflow-wrap: break-word; }  /* wraps at spaces; numbers stay whole */
 .toc ul { columns: 2; margin: 4px 0 16px; padding-left: 18px; font-size: 13px; }
 .toc .sub { color: #555; font-size: 12px; } .findings li { margin: 3px 0; }
 h2, h3, .caption { break-after: avoid; page-break-after: avoid; }
