@@ -218,4 +218,4 @@ def _quiet_server() -> None:
     import flask.cli
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    flask.cli.show_server_banner = lambda *args, **kwargs: None  # type: ignore[assignment]
+    flask.cli.show_server_banner = lambda *args, **kwargs: None
