@@ -206,4 +206,16 @@ def serve(root: Path | str, host: str = DEFAULT_HOST, port: int = 8050) -> None:
     print(
         f"tracekit dash: serving {Path(root).resolve()} on http://{host}:{port}/", file=sys.stderr
     )
+    _quiet_server()
     app.run(host=host, port=port, debug=False)
+
+
+def _quiet_server() -> None:
+    """Keep Flask's red "development server" banner and werkzeug's line per request off the
+    terminal: the app serves one user on loopback; our own line above says where it listens."""
+    import logging
+
+    import flask.cli
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    flask.cli.show_server_banner = lambda *args, **kwargs: None

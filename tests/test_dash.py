@@ -210,9 +210,16 @@ def test_every_page_draws(page, server, path, graphs, check):
         assert "theory (p-1)/(m+p-1) 42.9%" in page.locator("#fig-pipeline").inner_text()
     if path.startswith("/overlap"):
         assert _count(page, "#fig-overlap g.trace.bars") == 4
-        assert _count(page, "#fig-memory g.trace.bars") == 4
+        # params, grads, optimizer stacked; the activation peak a marker (not stacked)
+        assert _count(page, "#fig-memory g.trace.bars") == 3
     if path.startswith("/compare"):
         assert page.locator("#compare-table tbody tr").count() == 2
+        # every column (bubble, all-gather hidden: the last two) inside a 1400 px window
+        right = page.evaluate(
+            "Math.max(...[...document.querySelectorAll('#compare-table th, #compare-table td')]"
+            ".map(e => e.getBoundingClientRect().right))"
+        )
+        assert right <= 1400, right
     _shot(page, path.strip("/").split("?")[0] + "-" + path.split("run=")[1].split("&")[0])
 
 

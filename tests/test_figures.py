@@ -61,6 +61,13 @@ def test_every_figure_on_the_synthetic_analysis(syn):
     mem = figs["memory"]
     assert [t.name for t in mem.data][:4] == ["params", "grads", "optimizer", "activations (peak)"]
     assert any(t.name == "theory: model states" for t in mem.data)
+    # only model states stack; the activation peak is a marker (a stack of all four stood
+    # above the measured peak)
+    assert [t.type for t in mem.data][:4] == ["bar", "bar", "bar", "scatter"]
+    # bubble-fill and backward are told apart (they were two near-identical oranges)
+    fill = next(t for t in pipe.data if t.name == "bubble: fill").marker.color
+    back = next(t for t in pipe.data if t.name == "backward").marker.color
+    assert fill != back and not (fill.startswith("#e") and back.startswith("#f")), (fill, back)
     assert len(figs["traffic_split"].data) == 2
     mat = figs["traffic_matrix"]
     assert (

@@ -64,7 +64,7 @@ def test_report_prediction_and_comparison(notebook) -> None:
     ns, here = notebook
     assert ns["written"] == Path("pp-1f1b-report.html")
     page = (here / "pp-1f1b-report.html").read_text()
-    assert "<h3>pipeline</h3>" in page and "Plotly.newPlot(" in page
+    assert ">pipeline</h3>" in page and "Plotly.newPlot(" in page
     assert ns["step_s"] > 0
     md = (here / "gpipe-vs-1f1b.md").read_text()
     assert "## comparison" in md and "pp-gpipe" in md and "pp-1f1b" in md

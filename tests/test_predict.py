@@ -293,3 +293,26 @@ def test_dash_traffic_page_draws_the_curve(tmp_path: Path) -> None:
     finally:
         srv.shutdown()
         thread.join(timeout=10)
+
+
+def test_one_node_says_nothing_crosses_nodes(hsdp_model, tmp_path: Path) -> None:
+    # the 2-node sample read as one node of 4: no call crosses nodes, the sweep is flat
+    one = P.build(analyze(HSDP, ranks_per_node=4, cache=False))
+    pred = P.prediction(one, P.parse_bandwidth("100mbit:100gbit"))
+    assert pred["warnings"] == [P.one_node_warning(4)]
+    assert "all 4 ranks on one node: nothing crosses nodes" in pred["warnings"][0]
+    assert "--intra-node-bandwidth" in pred["warnings"][0]
+    steps = {p["step_time_s"] for p in pred["sweep"]["points"]}
+    assert max(steps) == pytest.approx(min(steps))
+    # two nodes: no warning
+    assert P.prediction(hsdp_model, P.parse_bandwidth("1gbit"))["warnings"] == []
+    # the CLI on the one-node fsdp sample (2 ranks): one warning line, and in prediction.json
+    r = run_cli(
+        "predict", str(SAMPLES / "fsdp"), "--inter-node-bandwidth", "1gbit", "--out", str(tmp_path)
+    )
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if "warning: all 2 ranks on one node" in ln]
+    assert len(lines) == 1, r.stdout
+    assert json.loads((tmp_path / "prediction.json").read_text())["warnings"] == [
+        P.one_node_warning(2)
+    ]

@@ -129,10 +129,19 @@ def test_comparison_of_two_paths(tmp_path):
     text = out.read_text()
     assert text.count("plotly.js v") == 1
     assert (
-        "<h2>comparison</h2>" in text
-        and "<h2>trace_filter</h2>" in text
-        and "<h2>again</h2>" in text
+        '<h2 id="comparison">comparison</h2>' in text
+        and '<h2 id="run-trace-filter">trace_filter</h2>' in text
+        and '<h2 id="run-again">again</h2>' in text
     )
+    # the contents list links every heading; the first section says what the runs show
+    ids = re.findall(r'<h[23] id="([^"]+)"', text)
+    assert len(ids) == len(set(ids)) > 4
+    for ident in ids:
+        assert f'href="#{ident}"' in text, ident
+    assert text.index('<nav class="toc"') < text.index('<h2 id="comparison">')
+    show = text[text.index('id="what-the-runs-show"') : text.index('<h2 id="comparison">')]
+    assert "what the runs show (2 runs)" in show and "fastest step: " in show
+    assert re.search(r"slowest: \w+ \([0-9.]+ s\)", show), show
     assert (
         text.count("Plotly.newPlot(") == 3 + 2 * 6
     )  # step, breakdown, bytes (no memory) + 6 per run

@@ -88,6 +88,8 @@ class Model:
     steps: int
     stages: int  # pipeline stages (0: not a pipeline run)
     calibration: dict[str, float | None]
+    # ranks of a run whose calls never cross nodes (one node): the inter-node sweep is flat
+    one_node_ranks: int | None = None
 
     def replay(self, net: model.Network) -> model.Replay:
         return model.replay(self.programs, self.calls, net, self.run_inter_bits)
@@ -149,6 +151,16 @@ def build(analysis: Any) -> Model:
         steps=steps,
         stages=s.pipeline.stages if s.pipeline and ops is not None and ops.height else 0,
         calibration=_calibration(calls),
+        one_node_ranks=None if any(c.nic for c in calls.values()) else len(s.ranks),
+    )
+
+
+def one_node_warning(ranks: int) -> str:
+    """Why a one-node run's prediction cannot move with the inter-node network."""
+    return (
+        f"all {ranks} ranks on one node: nothing crosses nodes, so the inter-node "
+        "bandwidth/latency sweep cannot change the step; use --intra-node-bandwidth or a "
+        "two-node run (tracekit run --nodes 2, or tracekit analyze --ranks-per-node N)"
     )
 
 
@@ -237,6 +249,7 @@ def prediction(
         "ranks": _ranks(m, rep),
         "bubble_fraction": model.bubble_fraction(rep, m.stages) if m.stages else None,
         "sweep": None,
+        "warnings": [one_node_warning(m.one_node_ranks)] if m.one_node_ranks else [],
     }
     if inter is not None and inter[1] is not None:
         lo, hi = inter[0], inter[1]  # hi: not None (a tuple unpacked is not narrowed)

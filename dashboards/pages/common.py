@@ -108,10 +108,14 @@ def run_header(view: View) -> html.Div:
     run, win = s.run, s.window
     bits = [f"{len(s.ranks)} ranks", f"window: {win.kind}, {win.steps} steps"]
     if run:
+
+        def v(x: Any) -> str:  # unknown (a tracekit.profile run's strategy): "–", never "None"
+            return "–" if x is None else str(x)
+
         bits = [
-            f"strategy {run.strategy}",
-            f"{run.backend} / {run.device}",
-            f"{run.precision}",
+            f"strategy {v(run.strategy)}",
+            f"{v(run.backend)} / {v(run.device)}",
+            f"precision {v(run.precision)}",
         ] + bits
     kids = [html.H2(view.rel), html.P(" · ".join(str(b) for b in bits), className="src")]
     for w in s.warnings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dash import html
@@ -11,6 +12,7 @@ from dashboards.root import Refused
 from tracekit import figures as F
 from tracekit import report as R
 from tracekit.errors import TracekitError
+from tracekit.runname import names_for
 
 
 def page(view: View) -> list:
@@ -20,7 +22,7 @@ def page(view: View) -> list:
     kids: list[Any] = []
     for rel in view.chosen:
         try:
-            loaded.append((rel, view.runs.entry(rel).analysis.summary))
+            loaded.append((rel, view.runs.entry(rel).analysis))
         except Refused as exc:
             return [html.P(str(exc), className="refusal")]
         except TracekitError as exc:
@@ -29,6 +31,9 @@ def page(view: View) -> list:
             )
     if not loaded:
         return kids
+    # display names ("zero3 (prefetch 0)" / "(prefetch 1)"), not folder names that look alike
+    names = names_for([(Path(a.path), a.run) for _, a in loaded])
+    loaded = [(n, a.summary) for n, (_, a) in zip(names, loaded)]
     kids.append(table(R.compare_table(loaded), "compare-table"))
     for name, fig in F.compare_figures(loaded).items():
         if fig is not None:

@@ -20,7 +20,10 @@ def page(view: View) -> list:
         rows, pending = view.summaries.rows()
         kids.append(
             html.Details(
-                [html.Summary(f"{len(listed)} runs under ROOT"), index.table(rows, pending)],
+                [
+                    html.Summary(f"{len(listed)} run{'' if len(listed) == 1 else 's'} under ROOT"),
+                    index.table(rows, pending),
+                ],
                 open=view.entry is None,
             )
         )

@@ -96,6 +96,8 @@ def run_predict(
                 if o is not pred
             ]
         console.print(rank_table(pred, name))
+        for w in pred.get("warnings") or []:
+            console.print(f"{name}: warning: {w}", highlight=False, soft_wrap=True)
         sc = pred["self_check"]
         console.print(
             f"{name}: predicted step {_s(pred['step_time_s'])} s, measured {_s(pred['measured_step_time_s'])} s; "

@@ -19,7 +19,8 @@ def _parts(r: MemoryRank) -> list[float]:
 
 
 def memory(summary: Summary) -> go.Figure | None:
-    """Per rank: params / grads / optimizer / activation peak stacked, measured peak, theory line."""
+    """Per rank: params / grads / optimizer stacked, activation peak and measured peak as
+    markers, theory line."""
     rows = summary.memory.per_rank if summary.memory else []
     if not rows:
         return None
@@ -30,16 +31,25 @@ def memory(summary: Summary) -> go.Figure | None:
     div, unit = byte_unit(peak)
     x = [f"rank {r.rank}" for r in rows]
     fig = go.Figure()
-    for i, (_key, label, color) in enumerate(MEMORY_PARTS):
+    # model states stack (they are all held at once); the activation peak is a marker, not a
+    # fourth block: it comes when not all grads / optimizer states are held, so a stack of
+    # all four would stand above the measured peak
+    for i, (_key, label, color) in enumerate(MEMORY_PARTS[:3]):
         fig.add_trace(
-            bar(
-                x,
-                [p[i] / div for p in parts],
-                label,
-                color,
-                label + ": %{y:.3f} " + unit,
-            )
+            bar(x, [p[i] / div for p in parts], label, color, label + ": %{y:.3f} " + unit)
         )
+    _key, label, color = MEMORY_PARTS[3]
+    acts = [r.activation_peak_bytes for r in rows]
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[None if v is None else num(v) / div for v in acts],
+            mode="markers",
+            name=label,
+            marker=dict(symbol="line-ew-open", size=40, color=color, line=dict(width=4)),
+            hovertemplate="%{x}<br>" + label + ": %{y:.3f} " + unit + "<extra></extra>",
+        )
+    )
     peaks = [r.peak_bytes for r in rows]
     if any(v is not None for v in peaks):
         fig.add_trace(
@@ -79,7 +89,8 @@ def memory(summary: Summary) -> go.Figure | None:
         )
     return layout(
         fig,
-        "memory per rank: model states (params + grads + optimizer) and activation peak",
+        "memory per rank: model states stacked (params + grads + optimizer), activation peak "
+        "and measured peak as markers",
         barmode="stack",
         yaxis_title=unit,
     )

@@ -120,6 +120,17 @@ def curve_for(analysis: Any) -> go.Figure | None:
     fig = predict_curve([(Path(analysis.path).name, pred), *others])
     if fig is None:  # not reached: pred has a sweep
         return None
+    for w in pred.get("warnings") or []:  # e.g. one node: a flat curve says nothing
+        fig.add_annotation(
+            x=0.5,
+            y=1.0,
+            xref="paper",
+            yref="paper",
+            text=w.replace("; ", ";<br>"),
+            showarrow=False,
+            yanchor="bottom",
+            font=dict(color="#b00"),
+        )
     for c in pred.get("crossovers") or []:
         for x in c.get("crossover_bits_per_s") or []:
             fig.add_vline(x=x, line=dict(color="#555", dash="dot", width=1))

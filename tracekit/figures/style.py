@@ -33,7 +33,7 @@ STATE_COLORS = {
     "other": "#8c6bb1",
     "idle": "#c8c8c8",
 }
-PHASE_COLORS = {"fill": "#e8590c", "steady": "#f2b701", "drain": "#7f3c8d"}
+PHASE_COLORS = {"fill": "#17becf", "steady": "#f2b701", "drain": "#7f3c8d"}
 KIND_COLORS = {"F": "#4c78a8", "B": "#f58518", "W": "#54a24b"}
 KIND_LABELS = {"F": "forward", "B": "backward", "W": "weight grad"}
 EVENT_COLORS = {

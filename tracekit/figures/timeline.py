@@ -48,6 +48,10 @@ MAX_BARS = 3000  # state spans drawn as real bars in a detail window
 MAX_EVENT_BARS = 2000  # events drawn in a detail window (the longest first)
 
 
+#: The interactive timeline's hint; static images (PDF, PNG reports) cannot zoom: they drop it
+ZOOM_HINT = "; zoom in for real spans"
+
+
 def timeline_overview(
     tl: pl.DataFrame | None,
     *,
@@ -76,7 +80,7 @@ def timeline_overview(
     if title is None:
         title = (
             f"timeline of {len(lanes)} ranks: dominant state per {fmt_s(width * NS)} bin "
-            "(paler = less dominant; zoom in for real spans)"
+            f"(paler = less dominant{ZOOM_HINT})"
         )
     layout(
         fig,

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 
 from tracekit.analyses import manifest
 from tracekit.figures import compare_figures, figures_for
+from tracekit.report.overview import anchor, overview_html
 from tracekit.report.progress import Progress
 from tracekit.report.tables import Table, compare_table, rank_table, table_of, top_events
 
@@ -32,7 +33,13 @@ th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
 .caption { font-weight: 600; margin-top: 8px; } .nodata { color: #777; font-style: italic; }
 .warn { color: #8a5a00; } .src { color: #555; font-size: 13px; } .fig { margin: 8px 0; }
 .fig img { display: block; width: 100%; height: auto; }
-@media print { .fig, table { page-break-inside: avoid; } body { max-width: none; margin: 0; } }
+table { width: 100%; table-layout: auto; } th, td { overflow-wrap: break-word; }  /* wraps at spaces; numbers stay whole */
+.toc ul { columns: 2; margin: 4px 0 16px; padding-left: 18px; font-size: 13px; }
+.toc .sub { color: #555; font-size: 12px; } .findings li { margin: 3px 0; }
+h2, h3, .caption { break-after: avoid; page-break-after: avoid; }
+.fig, table, tr, .toc li { break-inside: avoid; page-break-inside: avoid; }
+@media print { body { max-width: none; margin: 0; } table { font-size: 10px; }
+  th, td { padding: 2px 4px; } h2 { break-before: page; } h2#what-the-runs-show { break-before: auto; } }
 """
 
 Figures = dict[str, go.Figure | None]
@@ -123,10 +130,20 @@ def html_doc(
         f"<title>tracekit report: {html.escape(', '.join(names))}</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>tracekit report</h1>",
+        "",  # the overview and contents list, filled in once every heading is known
     ]
+    contents: list[tuple[str, str, int]] = []
+
+    def heading(level: int, title: str, *within: str) -> str:
+        ident = anchor(*within, title)
+        if any(c[0] == ident for c in contents):  # two runs of one name: still one target each
+            ident += f"-{len(contents)}"
+        contents.append((ident, title, level))
+        return f'<h{level} id="{ident}">{html.escape(title)}</h{level}>'
+
     summaries = [(n, a.summary) for n, a in zip(names, analyses)]
     if len(analyses) > 1:
-        parts.append("<h2>comparison</h2>")
+        parts.append(heading(2, "comparison"))
         if tables:
             parts.append(html_table(compare_table(summaries)))
         for fig in compare.values():
@@ -134,7 +151,7 @@ def html_doc(
                 parts.append(figure_html(fig))
     for name, a, figs in zip(names, analyses, per_run):
         s = a.summary
-        parts.append(f"<h2>{html.escape(name)}</h2>")
+        parts.append(heading(2, name, "run"))
         parts.append(f'<p class="src">{html.escape(_run_line(a))}</p>')
         if s.why is not None:  # the diagnosis heads the run (tracekit why)
             items = "".join(f"<li>{html.escape(d)}</li>" for d in s.why.diagnosis)
@@ -148,7 +165,7 @@ def html_doc(
             present = [figs[f.name] for f in section.figures if figs.get(f.name) is not None]
             if not present and section.no_data is None and table_fn is None:
                 continue  # an optional section (the prediction) this run has nothing for
-            parts.append(f"<h3>{html.escape(section.title)}</h3>")
+            parts.append(heading(3, section.title, "run", name))
             if not present and section.no_data:
                 parts.append(f'<p class="nodata">{html.escape(section.no_data)}</p>')
                 continue
@@ -158,8 +175,9 @@ def html_doc(
             if t:
                 parts.append(html_table(t))
         if tables:
-            parts.append("<h3>events</h3>")
+            parts.append(heading(3, "events", "run", name))
             parts.append(html_table(top_events(a.event_totals)))
+    parts[5] = overview_html(summaries, contents)
     parts.append("<p class='src'>written by tracekit</p></body></html>")
     return "\n".join(parts)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TracekitError
+from tracekit.figures.timeline import ZOOM_HINT
 from tracekit.report.page import FigureSink, html_doc, report_figures, svg_uri
 from tracekit.report.progress import Progress
 
@@ -51,6 +52,10 @@ def _render_svgs(figs: Iterable[Any], progress: Progress | None) -> dict[int, by
     figs = [f for f in figs if f is not None]
     if not figs:
         return {}
+    for f in figs:  # an image cannot zoom: no "zoom in for real spans" in the PDF / PNG
+        title = f.layout.title.text
+        if title and ZOOM_HINT in title:
+            f.update_layout(title_text=title.replace(ZOOM_HINT, ""))
     with tempfile.TemporaryDirectory(prefix="tracekit-img-") as d:
         files = [Path(d) / f"fig{i}.svg" for i in range(len(figs))]
         if progress:

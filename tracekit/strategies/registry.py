@@ -155,7 +155,9 @@ STRATEGIES = _by_name(
         uses=frozenset({"prefetch"}),
         precisions=BOTH,
         theory="zero3",
-        demo=_TWO,
+        # two nodes, like hsdp's: docs/predict.md's fsdp-vs-hsdp example needs traffic that
+        # crosses nodes in both (on one node the inter-node sweep cannot change the step)
+        demo=_demo({"nproc": 4, "nodes": 2, "steps": 3}),
     ),
     Strategy(
         "hsdp",
