@@ -70,10 +70,15 @@ def test_a_mostly_sleeping_process_barely_waits() -> None:
 
 def test_totals_are_null_when_a_step_is_unknown() -> None:
     meter = contention.ContentionMeter()
-    meter.steps = [{"step": 0, **contention.delta(
-        contention.Sample(0.0, 0.0, None, None, "no schedstat"),
-        contention.Sample(1.0, 0.5, None, None, "no schedstat"),
-    )}]
+    meter.steps = [
+        {
+            "step": 0,
+            **contention.delta(
+                contention.Sample(0.0, 0.0, None, None, "no schedstat"),
+                contention.Sample(1.0, 0.5, None, None, "no schedstat"),
+            ),
+        }
+    ]
     total = meter.record(0)["total"]
     assert total["runqueue_s"] is None and total["runqueue_share"] is None  # unknown, not 0
     assert total["wall_s"] == 1.0

@@ -189,4 +189,8 @@ def machine() -> dict[str, Any]:
     except (OSError, AttributeError):
         load = None
     cores = usable_cores()
-    return {"cores": None if cores is None else len(cores), "cpu_count": os.cpu_count(), "loadavg": load}
+    return {
+        "cores": None if cores is None else len(cores),
+        "cpu_count": os.cpu_count(),
+        "loadavg": load,
+    }
