@@ -48,6 +48,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from instrumented_runs import contention
 from instrumented_runs.data import global_batch, rank_slice
 from instrumented_runs.meters import ActivationPeak, StepMeter
 from instrumented_runs.model import GPTConfig
@@ -278,6 +279,7 @@ def start(name: str, argv: list[str] | None = None) -> Context:
             runfolder.run_json_path(run), _run_json(ctx, ctx.topology, "running")
         )
         _log(f"[{name}] {world_size} ranks, {args.backend} on {args.device}, run folder {run}")
+    contention.attach(ctx)  # contention/rank<R>.json: waiting for a CPU, per step (#27)
     return ctx
 
 

@@ -1,0 +1,90 @@
+"""tracekit.capture.contention against real processes made to wait for a CPU (issue #27).
+
+Behaviour, not timing bounds: two busy processes pinned to one core each wait for it about half
+the time; a process that mostly sleeps does not wait at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tracekit.capture import contention
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or not os.path.exists("/proc/self/task"),
+    reason="needs Linux /proc and sched_setaffinity",
+)
+
+_CHILD = r"""
+import json, os, sys, time
+from tracekit.capture.contention import ContentionMeter
+core = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {core})
+busy = sys.argv[1] == "busy"
+rival = None
+if busy:
+    rival = os.fork()
+    if rival == 0:  # a second busy process on the same core
+        os.sched_setaffinity(0, {core})
+        while True:
+            pass
+meter = ContentionMeter()
+for k in range(3):
+    with meter.step(k):
+        end = time.perf_counter() + 0.4
+        while time.perf_counter() < end:
+            if not busy:
+                time.sleep(0.02)
+if rival:
+    os.kill(rival, 9)
+print(json.dumps(meter.record(warmup=1)))
+"""
+
+
+def _measure(kind: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, kind], capture_output=True, text=True, check=True, timeout=60
+    )
+    return json.loads(out.stdout)
+
+
+def test_a_rank_sharing_its_core_waits_for_it() -> None:
+    rec = _measure("busy")
+    assert [s["step"] for s in rec["steps"]] == [1, 2]  # warm-up step 0 left out
+    assert rec["unavailable"] is None
+    # two busy processes on one core: each runnable all the time, on the CPU about half of it
+    assert rec["total"]["runqueue_share"] > 0.3
+    assert rec["total"]["involuntary_switches"] > 0
+    assert rec["total"]["cpu_s"] < rec["total"]["wall_s"]
+
+
+def test_a_mostly_sleeping_process_barely_waits() -> None:
+    rec = _measure("idle")
+    assert rec["total"]["runqueue_share"] is not None
+    assert rec["total"]["runqueue_share"] < 0.1
+
+
+def test_totals_are_null_when_a_step_is_unknown() -> None:
+    meter = contention.ContentionMeter()
+    meter.steps = [
+        {
+            "step": 0,
+            **contention.delta(
+                contention.Sample(0.0, 0.0, None, None, "no schedstat"),
+                contention.Sample(1.0, 0.5, None, None, "no schedstat"),
+            ),
+        }
+    ]
+    total = meter.record(0)["total"]
+    assert total["runqueue_s"] is None and total["runqueue_share"] is None  # unknown, not 0
+    assert total["wall_s"] == 1.0
+
+
+def test_written_atomically_into_the_run_folder(tmp_path) -> None:
+    contention.write_contention(tmp_path, 3, {"schema": 1})
+    assert json.loads(contention.contention_path(tmp_path, 3).read_text()) == {"schema": 1}
+    assert sorted(p.name for p in (tmp_path / "contention").iterdir()) == ["rank3.json"]

@@ -1,0 +1,196 @@
+"""CPU contention of one process, read from /proc (issue #27): how long its threads were runnable
+but waited for a CPU, how often the kernel took a CPU away from them, CPU time against wall time,
+and the cores it may use.
+
+Torch-free on purpose: the launcher and the ranks both use it, and the launcher must not import
+torch. Where the platform lacks a figure (no /proc, no schedstat, no sched_getaffinity) the figure
+is None and ``unavailable`` says why: unknown is null, never 0.
+
+    meter = ContentionMeter()
+    with meter.step(k): ...          # each step; steps >= warmup are the profiled ones
+    meter.record(warmup)             # -> contention/rank<R>.json (see :func:`write_contention`)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The process's counters at one instant; None: not readable here (``why`` says why)."""
+
+    wall_s: float
+    cpu_s: float
+    runqueue_s: float | None  # sum over threads of schedstat field 2 (ns waiting on a run queue)
+    involuntary: int | None  # sum over threads of nonvoluntary_ctxt_switches
+    why: str | None = None
+
+
+def _task_dirs(pid: str) -> list[Path]:
+    # a thread can end between listdir and open: the caller skips what vanished
+    return sorted(Path(f"/proc/{pid}/task").iterdir())
+
+
+def _runqueue_ns(tasks: list[Path]) -> int:
+    total = 0
+    for task in tasks:
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        total += int(fields[1])
+    return total
+
+
+def _involuntary(tasks: list[Path]) -> int:
+    total = 0
+    for task in tasks:
+        try:
+            text = (task / "status").read_text()
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("nonvoluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+def sample(pid: str = "self") -> Sample:
+    """The counters of process ``pid`` now (all its threads)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        tasks = _task_dirs(pid)
+        runqueue: float | None = _runqueue_ns(tasks) / 1e9
+    except (OSError, IndexError, ValueError) as exc:
+        # no /proc (macOS), or a kernel without CONFIG_SCHED_INFO: schedstat missing or empty
+        return Sample(wall, cpu, None, _rusage_involuntary(), f"no per-thread schedstat: {exc}")
+    try:
+        involuntary: int | None = _involuntary(tasks)
+    except (OSError, ValueError):
+        involuntary = _rusage_involuntary()
+    return Sample(wall, cpu, runqueue, involuntary)
+
+
+def _rusage_involuntary() -> int | None:
+    try:
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw)
+    except (OSError, AttributeError):
+        return None
+
+
+def usable_cores() -> list[int] | None:
+    """The CPUs this process may run on; None where the platform cannot say."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    return None if getaffinity is None else sorted(getaffinity(0))
+
+
+def delta(a: Sample, b: Sample) -> dict[str, Any]:
+    """What happened between samples ``a`` and ``b``: seconds, and the run-queue share of wall."""
+    wall = b.wall_s - a.wall_s
+    rq = None if a.runqueue_s is None or b.runqueue_s is None else b.runqueue_s - a.runqueue_s
+    inv = None if a.involuntary is None or b.involuntary is None else b.involuntary - a.involuntary
+    return {
+        "wall_s": wall,
+        "cpu_s": b.cpu_s - a.cpu_s,
+        "runqueue_s": rq,
+        # run-queue delay is summed over threads, so with several runnable threads the share
+        # can exceed 1: it is "CPU-seconds wanted but not given" per second of the window
+        "runqueue_share": None if rq is None or wall <= 0 else rq / wall,
+        "involuntary_switches": inv,
+    }
+
+
+class ContentionMeter:
+    """Samples the process around each step (a harness StepMeter-like hook)."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.first: Sample | None = None
+        self.last: Sample | None = None
+        self.why: str | None = None
+
+    @contextmanager
+    def step(self, k: int) -> Iterator[None]:
+        a = sample()
+        try:
+            yield
+        finally:
+            b = sample()
+            self.why = self.why or a.why or b.why
+            self.steps.append({"step": k, **delta(a, b)})
+
+    def record(self, warmup: int) -> dict[str, Any]:
+        """contention/rank<R>.json's content: the profiled steps (k >= ``warmup``) and totals."""
+        profiled = [s for s in self.steps if s["step"] >= warmup]
+
+        def total(key: str) -> float | None:
+            values = [s[key] for s in profiled]
+            return None if not values or any(v is None for v in values) else sum(values)
+
+        wall, rq = total("wall_s"), total("runqueue_s")
+        return {
+            "schema": SCHEMA,
+            "pid": os.getpid(),
+            "usable_cores": usable_cores(),
+            "steps": profiled,
+            "total": {
+                "wall_s": wall,
+                "cpu_s": total("cpu_s"),
+                "runqueue_s": rq,
+                "runqueue_share": None if rq is None or not wall else rq / wall,
+                "involuntary_switches": total("involuntary_switches"),
+            },
+            "unavailable": self.why,
+        }
+
+
+def contention_path(run: Path, rank: int) -> Path:
+    return Path(run) / "contention" / f"rank{rank}.json"
+
+
+def write_contention(run: Path, rank: int, data: dict[str, Any]) -> None:
+    """Atomically (no half-written file for ingest to trip on)."""
+    path = contention_path(run, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def pin_cores(rank: int, local_ranks: int) -> list[int] | None:
+    """Pin this rank to its own share of the usable cores when there are at least as many cores
+    as ranks, so the ranks stop taking each other's CPU; returns the cores, or None (not pinned:
+    too few cores, or no sched_setaffinity on this platform)."""
+    cores = usable_cores()
+    setaffinity = getattr(os, "sched_setaffinity", None)
+    if cores is None or setaffinity is None or len(cores) < local_ranks or local_ranks < 1:
+        return None
+    per = len(cores) // local_ranks
+    mine = cores[rank * per : (rank + 1) * per]
+    setaffinity(0, mine)
+    return mine
+
+
+def machine() -> dict[str, Any]:
+    """The launcher's view: cores and load (run.json "contention")."""
+    try:
+        load: list[float] | None = list(os.getloadavg())
+    except (OSError, AttributeError):
+        load = None
+    cores = usable_cores()
+    return {
+        "cores": None if cores is None else len(cores),
+        "cpu_count": os.cpu_count(),
+        "loadavg": load,
+    }
