@@ -33,7 +33,8 @@ RUN_SIDE = "tracekit.run_side"
 
 def strategy_package() -> str:
     """The package of the strategy modules (each rank runs ``python -m <package>.<module>``)."""
-    found = [ep.value for ep in importlib.metadata.entry_points(group=RUN_SIDE)]
+    # a set: an old and a new install of the same checkout may both still be on the path
+    found = sorted({ep.value for ep in importlib.metadata.entry_points(group=RUN_SIDE)})
     if len(found) != 1:
         raise LookupError(
             f"no single run side installed (entry point group {RUN_SIDE!r} lists {found}): "
