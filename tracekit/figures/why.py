@@ -61,6 +61,14 @@ def _lines(f: pl.DataFrame, t0: int, y: dict[int, int]) -> tuple[list[Any], list
     ]
 
 
+def _band(fig: go.Figure, state: str, spans: pl.DataFrame, t0: int, y: dict[int, int]) -> None:
+    """One state's spans as thick horizontal lines on each rank's row."""
+    x, yy = _lines(spans, t0, y)
+    fig.add_trace(
+        go.Scatter(x=x, y=yy, mode="lines", name=state, line={"color": _COLORS[state], "width": 14})
+    )
+
+
 def path_of(analysis: Any) -> go.Figure | None:
     """``why_path``: each rank's timeline (compute, transfer, waiting) and the critical path
     across ranks as a black line, hops between ranks drawn vertically."""
@@ -75,41 +83,18 @@ def path_of(analysis: Any) -> go.Figure | None:
     t0 = int(cast(int, path["start_ns"].min()))
     fig = go.Figure()
     comm = tl.filter(pl.col("state").is_in(["compute", "overlap"]))
-    x, yy = _lines(comm, t0, y)
-    fig.add_trace(
-        go.Scatter(
-            x=x, y=yy, mode="lines", name="compute", line={"color": _COLORS["compute"], "width": 14}
-        )
-    )
+    _band(fig, "compute", comm, t0, y)
     if waits is not None and waits.height:
         w = waits.filter(pl.col("wait_ns") > 0).select(
             "rank", "start_ns", (pl.col("start_ns") + pl.col("wait_ns")).alias("end_ns")
         )
-        x, yy = _lines(w, t0, y)
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=yy,
-                mode="lines",
-                name="waiting",
-                line={"color": _COLORS["waiting"], "width": 14},
-            )
-        )
+        _band(fig, "waiting", w, t0, y)
         t = waits.select(
             "rank",
             pl.max_horizontal("start_ns", "last_arrival_ns").alias("start_ns"),
             pl.min_horizontal("end_ns", "done_ns").alias("end_ns"),
         )
-        x, yy = _lines(t.filter(pl.col("end_ns") > pl.col("start_ns")), t0, y)
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=yy,
-                mode="lines",
-                name="transfer",
-                line={"color": _COLORS["transfer"], "width": 14},
-            )
-        )
+        _band(fig, "transfer", t.filter(pl.col("end_ns") > pl.col("start_ns")), t0, y)
     # the path: pieces in time order, joined (a hop is a vertical line at its time)
     p = path.filter(pl.col("rank").is_in(list(y))).sort("step", "start_ns")
     px: list[Any] = []
