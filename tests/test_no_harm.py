@@ -382,29 +382,53 @@ def test_cache_sees_a_rewrite_with_the_same_size_and_mtime(tmp_path: Path):
     assert total(cached) == total(fresh), "the cache gave the old events back"
 
 
-def test_temp_leftovers_of_a_killed_run_are_swept(tmp_path: Path, monkeypatch):
+def test_only_leftovers_that_prove_ours_are_swept(tmp_path: Path, monkeypatch):
+    """A killed analysis's temporary folder holds our owner marker: swept. Everything else stays,
+    whatever its name: a user's folders and files named like ours, a folder of ours without its
+    marker or with a forged one, our temporary files, a fresh folder of a live owner."""
+    from tracekit import outputs
+
     cache_dir = Path(os.environ["TRACEKIT_CACHE_DIR"])
     cache_dir.mkdir(parents=True, exist_ok=True)
-    hour_ago = time.time() - 2 * 3600
     dead = 2**22 + 12345  # above the default pid_max: never a live process
-    old_dir = tmp_path / ".an.tmp-abcd1234"  # an older version's name: no pid, two hours old
-    dead_dir = tmp_path / f".an.tmp-{dead}-x1y2z3"
-    live_dir = tmp_path / f".an.tmp-{os.getpid()}-q1w2e3"  # ours, fresh: kept
-    old_file = cache_dir / ".rank0-0123456789.events.parquet.a1b2c3d4.tmp"  # mkstemp's name
-    dead_file = cache_dir / f".rank0-0123456789.events.parquet.{dead}-a1b2c3.tmp"
-    somebody = tmp_path / ".an.tmp-notes"  # not one of ours (no pid, fresh): kept
-    for d in (old_dir, dead_dir, live_dir, somebody):
-        d.mkdir()
+    dead_dir = tmp_path / f".an.tmp-{dead}-a1b2c3d4"  # ours (marker below), owner gone: swept
+    live_dir = tmp_path / f".an.tmp-{os.getpid()}-0badcafe"  # ours, fresh, owner alive: kept
+    for d in (dead_dir, live_dir):
+        outputs.make_owned_folder(d)
         (d / "summary.json").write_text("{}")
-    for f in (old_file, dead_file):
-        f.write_bytes(b"PAR1")
-    for p in (old_dir, old_file):
+    forged = tmp_path / f".an.tmp-{dead}-deadbeef"  # our name, a marker of another folder's line
+    forged.mkdir()
+    (forged / outputs.OWNER_FILE).write_text(
+        f"tracekit temporary folder pid={dead} token=a1b2c3d4\n"
+    )
+    decoys = {
+        tmp_path / ".thesis.old-4242": "chapter 1",
+        tmp_path / ".photos.tmp-20240101": "jpeg",
+        tmp_path / f".an.tmp-{dead}-x1y2z3w4": "no marker",  # our name, no marker
+        tmp_path / ".an.tmp-abcd1234": "an old mkdtemp name",
+    }
+    for d, text in decoys.items():
+        d.mkdir()
+        (d / "notes.tex").write_text(text)
+    files = {
+        tmp_path / ".bashrc.old-2019": b"alias ll='ls -l'",
+        tmp_path / ".draft.9999-v2.tmp": b"draft",
+        cache_dir / f".rank0-0123456789.events.parquet.{dead}-a1b2c3d4.tmp": b"PAR1",
+    }
+    for f, data in files.items():
+        f.write_bytes(data)
+    hour_ago = time.time() - 2 * 3600
+    for p in [*decoys, *files, forged]:
         os.utime(p, (hour_ago, hour_ago))
     proc = run_cli("analyze", str(DP), "--out", str(tmp_path / "an"))
     assert proc.returncode == 0, proc.stderr
-    assert not old_dir.exists() and not dead_dir.exists()
-    assert not old_file.exists() and not dead_file.exists()
-    assert live_dir.exists() and somebody.exists()
+    assert not dead_dir.exists()
+    assert live_dir.exists() and forged.exists()
+    for d, text in decoys.items():
+        assert (d / "notes.tex").read_text() == text, d
+    for f, data in files.items():
+        assert f.read_bytes() == data, f
+    assert not (tmp_path / "an" / outputs.OWNER_FILE).exists()  # the result holds no marker
 
 
 def test_csv_cells_cannot_be_formulas(tmp_path: Path):

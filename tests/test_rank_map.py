@@ -19,6 +19,7 @@ import pytest
 from builders.traces import HTA as HTA_CORPUS
 from conftest import SAMPLES, run_cli
 
+from tracekit import outputs
 from tracekit.analyses.event_totals import event_totals
 from tracekit.analysis import analyze
 from tracekit.analysis_folder import is_analysis, write_analysis
@@ -198,14 +199,17 @@ def test_the_spill_of_a_killed_analysis_is_swept_by_the_next(tmp_path, monkeypat
     dead = subprocess.Popen(["true"])
     dead.wait()  # reaped: its pid belongs to no process
     gone = tmp_path / f"{PREFIX}{dead.pid}-0badc0de"
-    gone.mkdir()
+    outputs.make_owned_folder(gone)  # as a spill makes it: with its owner marker
     (gone / "events-x.parquet").write_bytes(b"left by a killed analysis")
     live = tmp_path / f"{PREFIX}1-0badc0de"  # pid 1 is alive
-    live.mkdir()
+    outputs.make_owned_folder(live)
+    unmarked = tmp_path / f"{PREFIX}{dead.pid}-0ddba11a"  # our name, no marker: not provably ours
+    unmarked.mkdir()
     (tmp_path / "notes").mkdir()
     result = analyze(SAMPLES / "dp", cache=False)
     assert not gone.exists() and live.is_dir() and (tmp_path / "notes").is_dir()
-    assert len(_spill_folders(tmp_path)) == 2  # the live one, and ours while it is in use
+    assert unmarked.is_dir()
+    assert len(_spill_folders(tmp_path)) == 3  # the live one, the unmarked, ours while in use
     del result
     gc.collect()
-    assert _spill_folders(tmp_path) == [live.name]
+    assert sorted(_spill_folders(tmp_path)) == sorted([live.name, unmarked.name])

@@ -27,9 +27,11 @@ def _one_line(proc, *words: str) -> str:
         (("analyze", str(HTA), "--ranks-per-node", "0"), ("--ranks-per-node:",)),
         (("analyze",), ("PATH:", "Missing argument")),
         (("compare", "--bogus"), ("--bogus:", "No such option")),
-        (("run", "dp", "--nproc", "0"), ("--nproc:",)),
-        (("run", "dp", "--nproc", "65"), ("--nproc:", "64")),
-        (("run", "dp", "--precision", "fp9"), ("--precision:", "fp9")),
+        pytest.param(("run", "dp", "--nproc", "0"), ("--nproc:",), marks=pytest.mark.slow),
+        pytest.param(("run", "dp", "--nproc", "65"), ("--nproc:", "64"), marks=pytest.mark.slow),
+        pytest.param(
+            ("run", "dp", "--precision", "fp9"), ("--precision:", "fp9"), marks=pytest.mark.slow
+        ),
     ],
 )
 def test_click_errors_are_one_line(tmp_path: Path, args: tuple[str, ...], words) -> None:
@@ -37,6 +39,7 @@ def test_click_errors_are_one_line(tmp_path: Path, args: tuple[str, ...], words)
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # `tracekit run`: the conftest counts it as a job, though none starts
 def test_pp_1f1b_on_3_ranks_is_refused_by_the_launcher(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     proc = run_cli("run", "pp-1f1b", "--nproc", "3", "--out", str(out), timeout=120)

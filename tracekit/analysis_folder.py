@@ -148,7 +148,7 @@ def write_analysis(result: Written, out: Path) -> Path:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         outputs.sweep(out.parent)  # temp folders of analyses killed before they finished
-        tmp.mkdir()  # mode 0777 less the umask: an ordinary folder
+        outputs.make_owned_folder(tmp)  # mode 0777 less the umask: an ordinary folder
     except OSError as exc:
         raise _write_failed(out, exc) from None
     try:
@@ -165,6 +165,7 @@ def write_analysis(result: Written, out: Path) -> Path:
                 files.append(f"{name}/rank{rank}.parquet")
                 plan.collect().write_parquet(tmp / files[-1], compression_level=1, statistics=False)
         (tmp / MARKER).write_text(json.dumps({"producer": "tracekit", "files": files}) + "\n")
+        outputs.release(tmp)
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)

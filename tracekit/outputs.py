@@ -2,10 +2,13 @@
 
 - A file output (report, perfetto export, parquet, cache entry) only ever replaces a regular
   file: a symlink, FIFO, device or folder at that path is refused (:func:`check_file_target`).
-- Everything is written under a temporary name in the destination's folder, then renamed. The
-  temporary name holds the writer's pid (:func:`temp_name`), so leftovers of a killed run are
-  recognised and swept by the next one (:func:`sweep`): only our own names, and only when their
-  owner is gone or they are older than :data:`STALE_S`.
+- Everything is written under a temporary name in the destination's folder, then renamed
+  (:func:`temp_name`). Leftovers of a killed run are removed by the next one (:func:`sweep`) only
+  when ownership is proven, never by a name alone: a temporary *folder* we make holds an owner
+  marker (:func:`make_owned_folder`: a file whose line repeats the folder's pid and random
+  token), and only such a folder, whose pid is gone or that is older than :data:`STALE_S`, is
+  ever swept. Temporary *files* and folders without the marker are never swept (a killed
+  writer's dotfile stays: harmless, and removable by hand).
 - A write that fails (full disk, quota, file too large) is one line naming the reason
   (:func:`reason`), with the temporary output removed.
 """
@@ -24,12 +27,10 @@ from tracekit.errors import TracekitError
 
 #: leftovers older than this are swept even when their pid is alive (pids are reused)
 STALE_S = 3600.0
-#: ``.<name>.tmp-<pid>-<random>`` (folders), ``.<name>.<pid>-<random>.tmp[<ext>]`` (files) and
-#: ``.<name>.old-<pid>`` (an analysis moved aside): our temporary names with an owner
-_OWNED = re.compile(r"^\..+\.(?:tmp-(\d+)-\w+|(\d+)-\w+\.tmp(?:\.\w+)?|old-(\d+))$")
-#: names of older versions, without a pid: ``.<name>.tmp-<8 random>`` (mkdtemp) and
-#: ``.<name>.<8 random>.tmp[<ext>]`` (mkstemp); swept when older than STALE_S only
-_LEGACY = re.compile(r"^\..+\.(?:tmp-[a-z0-9_]{8}|[a-z0-9_]{8}\.tmp(?:\.\w+)?)$")
+#: ``.<name>.tmp-<pid>-<token>``: the name of a temporary folder of ours (:func:`temp_name`)
+_FOLDER_NAME = re.compile(r"^\..+\.tmp-(\d+)-([0-9a-f]{8})$")
+#: the owner marker inside a temporary folder we made (:func:`make_owned_folder`)
+OWNER_FILE = ".tracekit-owner"
 
 _KINDS = (
     (stat.S_ISLNK, "a symbolic link"),
@@ -78,6 +79,46 @@ def temp_name(dest: Path, folder: bool = False, suffix: str = "") -> Path:
     return dest.with_name(name)
 
 
+def _owner_line(pid: str, token: str) -> str:
+    return f"tracekit temporary folder pid={pid} token={token}\n"
+
+
+def make_owned_folder(path: Path, mode: int = 0o777) -> None:
+    """Make PATH (a :func:`temp_name` folder, which must not exist) with its owner marker: the
+    only proof :func:`sweep` accepts that the folder is ours."""
+    match = _FOLDER_NAME.match(path.name)
+    if match is None:
+        raise ValueError(f"{path.name!r} is not a temporary folder name of ours")
+    path.mkdir(mode=mode)
+    (path / OWNER_FILE).write_text(_owner_line(*match.groups()))
+
+
+def release(path: Path) -> None:
+    """Remove the owner marker from a temporary folder about to become a result (renamed into
+    place), so the result holds only what its writer wrote."""
+    (path / OWNER_FILE).unlink(missing_ok=True)
+
+
+def owner_pid(path: Path) -> int | None:
+    """The pid of the tracekit process that made folder PATH, when PATH proves it: a real folder
+    (not a link) named as ours whose owner marker is a regular file holding exactly the line
+    that repeats the name's pid and token. None for everything else."""
+    match = _FOLDER_NAME.match(path.name)
+    if match is None:
+        return None
+    marker = path / OWNER_FILE
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode) or not stat.S_ISREG(os.lstat(marker).st_mode):
+            return None
+        if os.lstat(marker).st_size > 200:
+            return None
+        if marker.read_text() != _owner_line(*match.groups()):
+            return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(match.group(1))
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -89,8 +130,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 def sweep(folder: Path, now: float | None = None) -> int:
-    """Remove our temporary leftovers in FOLDER whose owner is gone or that are older than
-    STALE_S; the number removed. Never raises (a sweep only tidies)."""
+    """Remove the temporary folders in FOLDER that prove to be ours (:func:`owner_pid`) and whose
+    owner is gone or that are older than STALE_S; the number removed. Nothing else in FOLDER is
+    ever touched, whatever its name. Never raises (a sweep only tidies)."""
     now = time.time() if now is None else now
     removed = 0
     try:
@@ -98,22 +140,17 @@ def sweep(folder: Path, now: float | None = None) -> int:
     except OSError:
         return 0
     for entry in entries:
-        owned, legacy = _OWNED.match(entry.name), _LEGACY.match(entry.name)
-        if not owned and not legacy:
+        pid = owner_pid(Path(entry.path))
+        if pid is None:
             continue
         try:
-            st = entry.stat(follow_symlinks=False)
+            old = now - entry.stat(follow_symlinks=False).st_mtime > STALE_S
         except OSError:
             continue
-        old = now - st.st_mtime > STALE_S
-        pid = int(next(g for g in owned.groups() if g)) if owned else None
-        if not old and (pid is None or pid == os.getpid() or _pid_alive(pid)):
+        if not old and (pid == os.getpid() or _pid_alive(pid)):
             continue
         try:
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
+            shutil.rmtree(entry.path)
             removed += 1
         except OSError:
             pass

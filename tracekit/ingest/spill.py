@@ -105,7 +105,7 @@ class Spill:
                     if self.root == Path(tempfile.gettempdir()):
                         outputs.sweep(self.root)  # those of analyses killed on this machine
                     folder = outputs.temp_name(self.root / "tracekit-spill", folder=True)
-                    folder.mkdir(mode=0o700)
+                    outputs.make_owned_folder(folder, mode=0o700)
                     self._folder = folder
                 except OSError as exc:
                     raise TracekitError(
