@@ -182,6 +182,23 @@ def test_the_cache_folder_is_capped_least_recently_used_first(traces):
     assert a.exists() and not b.exists()
 
 
+def test_eviction_removes_only_entries_we_wrote(tmp_path):
+    """A user's own ``*.events.parquet`` in the cache folder (no key of ours in its metadata) is
+    never counted nor evicted, even at a cap of one byte; our entry is."""
+    cache_dir = tmp_path / "udata"
+    cache_dir.mkdir()
+    mine = cache_dir / "mydata.events.parquet"
+    pl.DataFrame({"x": [1, 2, 3]}).write_parquet(mine)
+    before = mine.read_bytes()
+    trace = next((SAMPLES / "dp" / "traces").glob("*.json*"))
+    read_traces([trace], workers=1, cache=True, cache_dir=cache_dir)
+    ours = [p for p in cache_dir.iterdir() if p != mine]
+    assert ours and all(cache.is_entry(p) for p in ours) and not cache.is_entry(mine)
+    cache.evict(cache_dir, cap=1)
+    assert mine.read_bytes() == before
+    assert not any(p.exists() for p in ours)
+
+
 @pytest.mark.corpus
 def test_a_bad_cache_cap_is_one_line(traces, tmp_path):
     proc = run_cli(

@@ -214,10 +214,28 @@ _sizes: dict[str, int] = {}
 _sizes_lock = threading.Lock()
 
 
+def is_entry(path: Path) -> bool:
+    """PATH is a cache entry tracekit wrote: a regular file whose parquet metadata holds our
+    key (written with the entry). A user's own ``*.events.parquet`` is not, whatever its name."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    meta = read_meta(path)
+    return isinstance(meta, dict) and isinstance(meta.get("key"), dict) and "code" in meta["key"]
+
+
 def _entries(where: Path) -> list[tuple[float, int, Path]]:
+    """The entries of cache folder WHERE that prove ours (:func:`is_entry`): only they are
+    counted and only they are ever evicted."""
     out = []
     for entry in os.scandir(where):
-        if entry.name.endswith(SUFFIX) and entry.is_file(follow_symlinks=False):
+        if (
+            entry.name.endswith(SUFFIX)
+            and entry.is_file(follow_symlinks=False)
+            and is_entry(Path(entry.path))
+        ):
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
@@ -305,4 +323,5 @@ def remove(trace: Path, cache_dir: Path | None = None) -> None:
     """Delete every cache entry of ``trace``: beside it, in CACHE_DIR and in the default cache
     folder (benchmarks: a cold start)."""
     for entry in {*candidates(trace, cache_dir), in_dir(trace, None)}:
-        entry.unlink(missing_ok=True)
+        if is_entry(entry):  # never a user's file that only has an entry's name
+            entry.unlink(missing_ok=True)
