@@ -1,8 +1,10 @@
-"""Write tests/data/corpus/manifest.json, the machine-readable list of the public trace corpus,
+"""Write OUT, the machine-readable list of the public trace corpus,
 from a corpus folder's README.md tables (path, size, sha256, repository, commit, upstream path,
 licence per file) and the folder itself (LICENSE sizes, the JSON digest of repacked members).
 
-Run: python scripts/corpus_manifest.py CORPUS [OUT]   (OUT: tests/data/corpus/manifest.json)
+Run: python scripts/corpus_manifest.py CORPUS OUT
+
+Nothing of the corpus is committed, its list neither: OUT goes wherever the caller keeps it.
 
 Only metadata is written: scripts/fetch_corpus.py reads it to download every file from its
 upstream repository at the commit named, and tests/test_fetch_corpus.py checks it against the
@@ -20,7 +22,6 @@ import re
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus" / "manifest.json"
 # "## hta/ — https://github.com/OWNER/NAME @ `COMMIT` (LICENCE)"
 SECTION = re.compile(r"^## (\w+)/ .*github\.com/([\w.-]+/[\w.-]+) @ `([0-9a-f]{40})` \((.+)\)")
 LICENSE_SHA = re.compile(r"LICENSE sha256 `([0-9a-f]{64})`")
@@ -61,10 +62,10 @@ def _entry(path: str, size: int, sha: str, repo: str, commit: str, upstream: str
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (1, 2):
+    if len(argv) != 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    out = Path(argv[1]) if len(argv) == 2 else OUT
+    out = Path(argv[1])
     listed = entries(Path(argv[0]))
     out.write_text(json.dumps(listed, indent=1) + "\n", encoding="utf-8")
     print(f"{out}: {len(listed)} files")

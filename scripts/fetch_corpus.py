@@ -1,11 +1,12 @@
 """Download the public trace corpus into DEST, each file from its upstream repository at the
-commit tests/data/corpus/manifest.json names, checked against the manifest's sha256.
+commit a manifest names, checked against the manifest's sha256.
 
-Run: python scripts/fetch_corpus.py DEST [--base URL] [--manifest PATH]
+Run: python scripts/fetch_corpus.py DEST --manifest PATH [--base URL]
 then: TRACEKIT_CORPUS=DEST python -m pytest -q tests/test_corpus.py
 
-URL (default https://raw.githubusercontent.com) + /REPO/COMMIT/UPSTREAM is each file's address
-(any URL urllib opens; the tests use a file:// mirror). A file already in DEST with the right
+PATH is the list scripts/corpus_manifest.py writes from a corpus README (the project commits
+no part of the corpus, its list neither). URL (default https://raw.githubusercontent.com)
++ /REPO/COMMIT/UPSTREAM is each file's address (any URL urllib opens; the tests use a file:// mirror). A file already in DEST with the right
 digest is kept. Each file is written to a temporary name beside it and renamed, so DEST never
 holds a half-written or unchecked file. Upstream keeps param's dlrm ranks inside
 dlrm_kineto.tar.gz: the member is taken out, its JSON checked against ``json_sha256``, and
@@ -28,7 +29,6 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-MANIFEST = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus" / "manifest.json"
 BASE = "https://raw.githubusercontent.com"
 Opener = Callable[[str], bytes]
 
@@ -115,7 +115,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dest", type=Path)
     parser.add_argument("--base", default=BASE, help=f"where the repositories are ({BASE})")
-    parser.add_argument("--manifest", type=Path, default=MANIFEST)
+    parser.add_argument(
+        "--manifest", type=Path, required=True, help="scripts/corpus_manifest.py's list"
+    )
     args = parser.parse_args(argv)
     try:
         entries = json.loads(args.manifest.read_text(encoding="utf-8"))

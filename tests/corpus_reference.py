@@ -4,7 +4,7 @@ Plain Python over the files (gzip + json) and interval lists: none of tracekit's
 polars. Two references:
 
 :func:`breakdown`, HolisticTraceAnalysis's temporal breakdown in percent, with HTA's definitions
-as tests/data/corpus/README.md states them:
+as docs/corpus-sources.md states them:
 
 - device events: complete (``ph: "X"``) events whose category, compared case-insensitively, is
   ``kernel``, ``gpu_memcpy``, ``gpu_memset`` or Kineto's older ``Memcpy`` / ``Memset``, or MTIA's

@@ -2,7 +2,7 @@
 
 HTA's temporal breakdown is in percent of the GPU span: idle, compute, non-compute (= our
 exposed communication + other); its overlap is |comm ∩ compute| / |comm|. Reference values from
-tests/data/corpus/hta/README.md (HTA 0.5.0).
+docs/corpus-sources.md (HTA 0.5.0).
 """
 
 from __future__ import annotations

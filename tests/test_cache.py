@@ -1,6 +1,6 @@
 """The columnar cache (tracekit.ingest.cache): parsed events as parquet, reused while a trace is unchanged.
 
-Real traces from tests/data/corpus/hta (trace_filter: two ranks of a real GPU job) and the committed
+Real traces from the corpus's hta/ (trace_filter: two ranks of a real GPU job) and the committed
 DP sample run; the cache is checked against a fresh parse, never against itself.
 """
 

@@ -1,6 +1,7 @@
 """scripts/fetch_corpus.py, run as a user runs it, against a file:// mirror laid out as
 raw.githubusercontent.com is (REPO/COMMIT/PATH) in a temporary folder: never the network.
-The manifest it reads (tests/data/corpus/manifest.json) is checked against the corpus itself."""
+The manifest it reads is written from the corpus README by scripts/corpus_manifest.py (nothing
+of the corpus is committed, its list neither) and checked against the corpus itself."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from builders import corpus_root
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "fetch_corpus.py"
-MANIFEST = ROOT / "tests" / "data" / "corpus" / "manifest.json"
+MANIFEST_SCRIPT = ROOT / "scripts" / "corpus_manifest.py"
 REPO, COMMIT = "owner/project", "0" * 40
 
 
@@ -27,7 +28,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _fetch(dest: Path, mirror: Path, manifest: Path = MANIFEST) -> subprocess.CompletedProcess:
+def _fetch(dest: Path, mirror: Path, manifest: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(SCRIPT), str(dest), "--base", mirror.as_uri(), "--manifest", str(manifest)],
         capture_output=True, text=True, timeout=300,
@@ -81,7 +82,11 @@ def test_the_manifest_lists_the_corpus_and_fetches_it_whole(tmp_path: Path) -> N
     """Every file of the corpus (but its README) is in the manifest with its size and digest;
     a mirror made from the corpus (dlrm's ranks packed back into their archive) fetches whole."""
     corpus = corpus_root.require()
-    entries = json.loads(MANIFEST.read_text())
+    manifest = tmp_path / "manifest.json"
+    made = subprocess.run([sys.executable, str(MANIFEST_SCRIPT), str(corpus), str(manifest)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    entries = json.loads(manifest.read_text())
     files = sorted(str(p.relative_to(corpus)) for p in corpus.rglob("*") if p.is_file())
     assert [e["path"] for e in sorted(entries, key=lambda e: e["path"])] == [
         f for f in files if f != "README.md"
@@ -101,7 +106,7 @@ def test_the_manifest_lists_the_corpus_and_fetches_it_whole(tmp_path: Path) -> N
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(_tar_gz(members))
     dest = tmp_path / "dest"
-    run = _fetch(dest, mirror)
+    run = _fetch(dest, mirror, manifest)
     assert run.returncode == 0, run.stderr
     for e in entries:
         data = (dest / e["path"]).read_bytes()

@@ -1,5 +1,5 @@
 """The one place the tests find the public trace corpus: the folder named by ``TRACEKIT_CORPUS``
-(hta/, kineto/, tracelens/, param/ as tests/data/corpus/manifest.json lists them).
+(hta/, kineto/, tracelens/, param/ as the corpus README lists them; docs/corpus-sources.md).
 
 The traces are not committed (docs/corpus.md says why and how to get them). A test that reads
 them is marked ``@pytest.mark.corpus`` (or its module sets ``pytestmark``); tests/conftest.py
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ENV = "TRACEKIT_CORPUS"
-GET_IT = f"python scripts/fetch_corpus.py DEST, then {ENV}=DEST (docs/corpus.md)"
+GET_IT = f"python scripts/fetch_corpus.py DEST --manifest M, then {ENV}=DEST (docs/corpus.md)"
 #: where the corpus is; a path that cannot exist when the variable is unset, so that module-level
 #: constants (CORPUS / "hta" / ...) can be written, and only reading them needs the corpus
 CORPUS = Path(os.environ.get(ENV) or "/nonexistent/TRACEKIT_CORPUS-unset")
@@ -41,7 +41,7 @@ def require() -> Path:
 
 
 #: the HTA traces the tests below tests/ were written on (they were committed under
-#: tests/data/corpus/hta until #23); named here so that tests parametrized over them keep their
+#: the repository until #23); named here so that tests parametrized over them keep their
 #: ids, and skip, without the corpus
 HTA_TRACES = (
     "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",

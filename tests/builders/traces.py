@@ -16,7 +16,7 @@ from .corpus_root import HTA as _CORPUS_HTA
 
 XSS = "<img src=x onerror=alert(1)>"
 #: HolisticTraceAnalysis's traces in the public corpus (tests/builders/corpus_root.py; MIT: see
-#: tests/data/corpus/hta/README.md): a test that reads them is marked ``pytest.mark.corpus``
+#: docs/corpus-sources.md): a test that reads them is marked ``pytest.mark.corpus``
 HTA = _CORPUS_HTA
 TRACE_FILTER = HTA / "trace_filter"
 NCCL_DATA = HTA / "nccl_parser_config" / "nccl_data.json.gz"
