@@ -748,11 +748,12 @@ def test_html_report_draws_offline(page, tmp_path):
     )
     page.goto(out.as_uri())
     page.wait_for_function(
-        "() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=30_000
+        "() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 6", timeout=30_000
     )
     assert [u for u in requests if not u.startswith(("file:", "data:", "blob:"))] == []
-    assert _count(page, ".js-plotly-plot") == 4  # breakdown, timeline, bandwidth, collective time
-    assert _count(page, ".heatmaplayer g.hm image") == 1
+    # breakdown, timeline, bandwidth, collective time; the why section's wait states and critical path
+    assert _count(page, ".js-plotly-plot") == 6
+    assert _count(page, ".heatmaplayer g.hm image") == 2  # the timeline's, the wait states'
     assert "this run has no pipeline data" in page.locator("body").inner_text()
     _shot(page, "report-offline")
 

@@ -278,6 +278,11 @@ def _run_limited(args: list[str], cwd: Path, env: dict | None = None):
 
 
 def test_a_huge_rank_range_is_tested_not_listed(tmp_path: Path):
+    """Two billion ranks asked for cost what the two there cost: the same analysis without
+    --ranks is the yardstick (an absolute bound fails on a loaded machine; listing the range
+    would need 16 GB and meets the 3 GB limit)."""
+    base, base_mb = _run_limited(["analyze", str(DP), "--out", str(tmp_path / "all")], ROOT)
+    assert base.returncode == 0, base.stderr[-2000:]
     proc, peak_mb = _run_limited(
         ["analyze", str(DP), "--ranks", "0-2000000000", "--out", str(tmp_path / "an")], ROOT
     )
@@ -285,7 +290,7 @@ def test_a_huge_rank_range_is_tested_not_listed(tmp_path: Path):
     assert [
         r["rank"] for r in json.loads((tmp_path / "an" / "summary.json").read_text())["ranks"]
     ] == [0, 1]
-    assert peak_mb < 1000, peak_mb
+    assert peak_mb < 1.25 * base_mb + 50, (peak_mb, base_mb)
 
 
 @pytest.mark.parametrize(

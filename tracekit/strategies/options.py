@@ -76,7 +76,7 @@ class RunOptions:
 
     strategy: str
     """The strategy's name in ``tracekit.strategies.registry`` (``tracekit run STRATEGY``)."""
-    nproc: int = option(2, "ranks (default 2, at most 64)", side="run", min=1, max=MAX_NPROC)
+    nproc: int = option(2, "ranks, at most 64 (default 2)", side="run", min=1, max=MAX_NPROC)
     """Ranks of the job (processes, all on this machine: at most :data:`MAX_NPROC`)."""
     nodes: int = option(
         1,
