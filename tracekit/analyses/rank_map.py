@@ -15,7 +15,9 @@ Both types are the section contract's (tracekit.analyses.section):
 - ``pipeline_ops`` and the busy pieces of each rank (tracekit.analyses.pipeline_ops), and the
   blocking receives (for the recv split when the traces carry no labels);
 - ``event_totals``: count and total time per event name (tracekit.analyses.event_totals);
-- ``timeline``: the merged state segments (rank, start_ns, end_ns, state).
+- ``timeline``: the merged state segments (rank, start_ns, end_ns, state);
+- ``top_ops``: each rank's top-level compute events (tracekit.analyses.root_causes), which
+  the why section charges excess to by name.
 
 Ranks without any compute or communication event in their window come back in ``empty``.
 """
@@ -28,6 +30,7 @@ from tracekit import clock, timeline
 from tracekit.analyses import collectives, overlap, pipeline_ops
 from tracekit.analyses.breakdown import rank_breakdown
 from tracekit.analyses.event_totals import event_totals
+from tracekit.analyses.root_causes import top_level_ops
 from tracekit.analyses.section import RankResult, RankTask
 from tracekit.ingest.spill import EventsRef, write
 
@@ -67,6 +70,7 @@ def map_ranks(task: RankTask) -> RankResult:
         blocking=frozenset(blocking),
         event_totals=event_totals(events),
         timeline=_keep(merged, task),
+        top_ops=top_level_ops(events, gpu),
         empty=empty,
     )
 

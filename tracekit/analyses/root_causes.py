@@ -56,26 +56,41 @@ class Ops:
         return {self.names[k]: int(sums[k]) for k in np.flatnonzero(sums)}
 
 
-def top_level_ops(events: pl.DataFrame, gpu: bool) -> Ops:
-    """The compute events of a rank that no earlier one of its thread/stream contains (GPU
-    ranks: device kernels only, as the timeline's compute state)."""
-    e = events.filter(pl.col("kind") == "compute")
-    if gpu:
-        e = e.filter(pl.col("device") != "cpu")
-    e = (
-        e.select("tid", "device", "name", "start_ns", "end_ns")
-        .sort("device", "tid", "start_ns", pl.col("end_ns"), descending=[False, False, False, True])
-        .with_columns(pl.col("end_ns").cum_max().shift(1).over("device", "tid").alias("_reach"))
+#: the map's ``top_ops`` (tracekit.analyses.rank_map): each rank's top-level compute events
+TOP_OPS_SCHEMA = {"rank": pl.Int32, "name": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+def top_level_ops(events: pl.DataFrame, gpu_ranks: frozenset[int] | set[int]) -> pl.DataFrame:
+    """The compute events of each rank that no earlier one of its thread/stream contains
+    (:data:`TOP_OPS_SCHEMA`). A GPU rank (listed, or with any device event): device kernels
+    only, as the timeline's compute state."""
+    on_gpu = pl.col("rank").is_in(list(gpu_ranks)) | (pl.col("device") != "cpu").any().over("rank")
+    e = events.filter(pl.col("kind") == "compute").filter(~on_gpu | (pl.col("device") != "cpu"))
+    keys = ("rank", "device", "tid")
+    return (
+        e.select(*keys, "name", "start_ns", "end_ns")
+        .sort(*keys, "start_ns", pl.col("end_ns"), descending=[False] * 4 + [True])
+        .with_columns(pl.col("end_ns").cum_max().shift(1).over(keys).alias("_reach"))
         .filter(pl.col("_reach").is_null() | (pl.col("start_ns") >= pl.col("_reach")))
-        .sort("start_ns")
+        .select("rank", pl.col("name").fill_null("?"), "start_ns", "end_ns")
+        .sort("rank", "start_ns")
+        .cast(TOP_OPS_SCHEMA)  # type: ignore[arg-type]
     )
-    cats, codes = np.unique(e["name"].fill_null("?").to_numpy().astype(str), return_inverse=True)
-    return Ops(
-        cats.tolist(),
-        codes.astype(np.int64),
-        e["start_ns"].to_numpy().astype(np.int64),
-        e["end_ns"].to_numpy().astype(np.int64),
-    )
+
+
+def ops_of(top_ops: pl.DataFrame) -> dict[int, Ops]:
+    """Each rank's :class:`Ops` from the map's ``top_ops`` frame."""
+    out = {}
+    for (rank,), e in top_ops.partition_by("rank", as_dict=True, maintain_order=True).items():
+        e = e.sort("start_ns")
+        cats, codes = np.unique(e["name"].to_numpy().astype(str), return_inverse=True)
+        out[int(rank)] = Ops(
+            cats.tolist(),
+            codes.astype(np.int64),
+            e["start_ns"].to_numpy().astype(np.int64),
+            e["end_ns"].to_numpy().astype(np.int64),
+        )
+    return out
 
 
 def instances(waits: pl.DataFrame, starts: dict[int, int]) -> pl.DataFrame:

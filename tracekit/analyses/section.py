@@ -74,6 +74,9 @@ class RankResult:
     """count and total_ns per event name, kind and device (tracekit.analyses.event_totals)."""
     timeline: dict[int, EventsRef]
     """rank -> where its merged timeline waits (rank, start_ns, end_ns, state)."""
+    top_ops: pl.DataFrame
+    """Each rank's top-level compute events: rank, name, start_ns, end_ns
+    (tracekit.analyses.root_causes.top_level_ops), for the why section's excess by op."""
     empty: list[int] = field(default_factory=list)
     """Ranks without any compute or communication event in their window."""
 
@@ -99,6 +102,7 @@ def combine(results: list[RankResult]) -> RankResult:
         blocking=frozenset().union(*(r.blocking for r in results)),
         event_totals=reduce_totals([r.event_totals for r in results]),
         timeline=dict(sorted(timelines.items())),
+        top_ops=cat([r.top_ops for r in results]),
         empty=sorted(rank for r in results for rank in r.empty),
     )
 

@@ -37,21 +37,6 @@ MATRIX_SCHEMA = {"waiter": pl.Int32, "cause": pl.Int32, "wait_ns": pl.Int64, "ca
 SMALL = 0.10
 
 
-def _ops(inp: SectionInput) -> dict[int, rc.Ops]:
-    gpu = {i.rank for i in inp.infos if getattr(i, "has_gpu", False)}
-    out = {}
-    for r, ref in inp.job.rank_events.items():
-        if r not in inp.per_rank.timeline:
-            continue
-        ev = ref.lazy().select("kind", "device", "tid", "name", "start_ns", "end_ns").collect()
-        shift = inp.shifts.get(r, 0)
-        if shift:
-            ev = ev.with_columns(pl.col("start_ns") - shift, pl.col("end_ns") - shift)
-        is_gpu = r in gpu or ev.filter(pl.col("device") != "cpu").height > 0
-        out[r] = rc.top_level_ops(ev, is_gpu)
-    return out
-
-
 def why_section(inp: SectionInput) -> SectionResult[Why]:
     """summary.json ``why`` and the frames wait_states, wait_matrix, root_causes, critical_path."""
     if inp.windows.height == 0:
@@ -61,7 +46,7 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
     segs = ws.timelines(inp)
     states, sets = ws.rank_states(segs, waits, inp.windows)
     mat = ws.matrix(waits).cast(MATRIX_SCHEMA)  # type: ignore[arg-type]
-    ops = _ops(inp)
+    ops = rc.ops_of(inp.per_rank.top_ops)  # computed per rank by the map
     starts = dict(
         zip(inp.windows["rank"].to_list(), inp.windows["start_ns"].to_list(), strict=True)
     )
