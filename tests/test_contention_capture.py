@@ -58,6 +58,9 @@ def test_a_rank_sharing_its_core_waits_for_it() -> None:
     assert rec["unavailable"] is None
     # two busy processes on one core: each runnable all the time, on the CPU about half of it
     assert rec["total"]["runqueue_share"] > 0.3
+    # the step ran on the one thread: its own wait is the process's, and at most the wall time
+    assert 0.3 < rec["total"]["cpu_wait_share"] <= 1.0
+    assert all(0 <= s["cpu_wait_s"] <= s["wall_s"] for s in rec["steps"])
     assert rec["total"]["involuntary_switches"] > 0
     assert rec["total"]["cpu_s"] < rec["total"]["wall_s"]
 
@@ -66,6 +69,7 @@ def test_a_mostly_sleeping_process_barely_waits() -> None:
     rec = _measure("idle")
     assert rec["total"]["runqueue_share"] is not None
     assert rec["total"]["runqueue_share"] < 0.1
+    assert rec["total"]["cpu_wait_share"] < 0.1
 
 
 def test_totals_are_null_when_a_step_is_unknown() -> None:

@@ -225,6 +225,7 @@ def test_every_section_of_a_synthetic_run(tmp_path):
     assert "theory (p-1)/(m+p-1) 42.9%" in html
     md = write_report([a], tmp_path / "s.md", "md", names=["gpipe"]).read_text()
     assert "| layers.3 | bwd | reduce_scatter |" in md and "16Psi (DP, fp32)" in md
+    assert "| rank 0 | 300.000 ms | 30.0% |" in md  # the contention table
     trace = json.loads(write_report([a], tmp_path / "s.json", "perfetto").read_text())
     bubbles = [
         e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"].startswith("bubble (")

@@ -48,6 +48,11 @@ def memory_path(run: Path, rank: int) -> Path:
     return Path(run) / "memory" / f"rank{rank}.json"
 
 
+def contention_path(run: Path, rank: int) -> Path:
+    """contention/rank<R>.json: how long the rank waited for a CPU (tracekit.capture.contention)."""
+    return Path(run) / "contention" / f"rank{rank}.json"
+
+
 def train_path(run: Path, rank: int) -> Path:
     return Path(run) / "train" / f"rank{rank}.json"
 

@@ -4,6 +4,8 @@
     /overlap    all-gather / reduce-scatter hidden vs exposed per layer, and memory per rank
     /traffic    intra- vs inter-node bytes, the rank x rank matrix, the collectives, and
                 tracekit predict's curve (what if the network were slower)
+    /why        wait states, root causes and the critical path; CPU contention (can the run's
+                own timings be trusted)
 
 Each section shows its figures (``fig-<name>``; a figure the run has no data for: its sentence)
 and its table; a section without any of its figures says so in one sentence. A page of several
@@ -38,7 +40,10 @@ def section(entry: Entry, s: manifest.Section) -> list:
         graph(fig, graph_id(f.name)) if fig is not None else nodata(f.no_data) for f, fig in figs
     ]
     table = table_of(s)
-    return kids + table_if(table(entry.analysis.summary) if table else None)
+    rows = table(entry.analysis.summary) if table else None
+    if not figs and rows is None and s.no_data:  # a table-only section without data
+        return [nodata(s.no_data)]
+    return kids + table_if(rows)
 
 
 def builder(page: manifest.Page) -> Callable[[View], list]:

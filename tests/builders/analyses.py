@@ -382,6 +382,18 @@ def synthetic_analysis(name: str = "synthetic-gpipe") -> Analysis:
             ],
             "matrix": matrix,
         },
+        # two of the four stages shared a core with another: 30 % and 5 % of their steps
+        "contention": {
+            "ranks": p,
+            "machine_cores": 2,
+            "local_ranks": p,
+            "cpu_wait_share_max": 0.3,
+            "inflated": [0],
+            "per_rank": [
+                {"rank": r, "wall_s": 1.0, "cpu_wait_s": w, "cpu_wait_share": w, "pinned": False}
+                for r, w in enumerate([0.3, 0.05, 0.0, 0.0])
+            ],
+        },
     }
     return Analysis(
         path=Path(name),

@@ -35,6 +35,7 @@ import polars as pl
 from tracekit.analyses import (
     breakdown,
     collectives,
+    contention,
     critical_path,
     matching,
     memory,
@@ -51,6 +52,7 @@ from tracekit.analyses import (
 )
 from tracekit.analyses.section import Compute
 from tracekit.summary.collectives import Collectives, Matching, Volume
+from tracekit.summary.contention import Contention, Steps
 from tracekit.summary.memory import Memory, Overlap
 from tracekit.summary.nccl import Nccl
 from tracekit.summary.pipeline import Pipeline
@@ -117,6 +119,9 @@ NO_COLLECTIVES = "this run has no collectives data"
 NO_WHY = "this run has no critical path (no window)"
 NO_WAITS = "this run has no waits on other ranks"
 NO_PREDICTION = "this run has no matched collective or p2p calls to predict from"
+NO_CONTENTION = (
+    "this run has no contention files (tracekit run's ranks write them; other traces do not)"
+)
 
 RANKS = Section(
     "ranks",
@@ -208,6 +213,15 @@ PREDICTION = Section(
     "what if the network were slower (tracekit predict)",
     figures=(Figure("predict_curve", "prediction:curve_for", NO_PREDICTION),),
 )
+CONTENTION = Section(
+    "contention",
+    "CPU contention (waiting for a CPU)",
+    struct=Contention,
+    compute=contention.contention,
+    table="contention_table",
+    no_data=NO_CONTENTION,
+)
+STEPS = Section("steps", "step time and its noise", struct=Steps, compute=contention.steps)
 WHY = Section(
     "why",
     "why: wait states, root causes, critical path",
@@ -238,6 +252,8 @@ SECTIONS: tuple[Section, ...] = (
     MEMORY,
     OVERLAP,
     VOLUME,
+    CONTENTION,
+    STEPS,
     WHY,
 )
 
@@ -252,6 +268,7 @@ REPORT: tuple[Section, ...] = (
     COLLECTIVES,
     PREDICTION,
     WHY,
+    CONTENTION,
 )
 
 #: The app's pages of sections, in the order of its navigation bar (after the index and the
@@ -260,7 +277,7 @@ PAGES: tuple[Page, ...] = (
     Page("/pipeline", "pipeline", (PIPELINE,)),
     Page("/overlap", "overlap & memory", (OVERLAP, MEMORY)),
     Page("/traffic", "traffic", (TRAFFIC, COLLECTIVES, PREDICTION)),
-    Page("/why", "why", (WHY,)),
+    Page("/why", "why", (WHY, CONTENTION)),
 )
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit.runfolder import contention_path
+
 SCHEMA = 1
 
 
@@ -35,6 +37,7 @@ class Sample:
     runqueue_s: float | None  # sum over threads of schedstat field 2 (ns waiting on a run queue)
     involuntary: int | None  # sum over threads of nonvoluntary_ctxt_switches
     why: str | None = None
+    step_thread_s: float | None = None  # the sampling thread's own run-queue wait, seconds
 
 
 def _task_dirs(pid: str) -> list[Path]:
@@ -66,9 +69,18 @@ def _involuntary(tasks: list[Path]) -> int:
     return total
 
 
+def _own_runqueue_s() -> float | None:
+    """Run-queue wait of the calling thread (the one that runs the step), seconds."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def sample(pid: str = "self") -> Sample:
-    """The counters of process ``pid`` now (all its threads)."""
+    """The counters of process ``pid`` now (all its threads; the calling thread's own wait)."""
     wall, cpu = time.perf_counter(), time.process_time()
+    own = _own_runqueue_s() if pid == "self" else None
     try:
         tasks = _task_dirs(pid)
         runqueue: float | None = _runqueue_ns(tasks) / 1e9
@@ -79,7 +91,7 @@ def sample(pid: str = "self") -> Sample:
         involuntary: int | None = _involuntary(tasks)
     except (OSError, ValueError):
         involuntary = _rusage_involuntary()
-    return Sample(wall, cpu, runqueue, involuntary)
+    return Sample(wall, cpu, runqueue, involuntary, step_thread_s=own)
 
 
 def _rusage_involuntary() -> int | None:
@@ -100,6 +112,11 @@ def delta(a: Sample, b: Sample) -> dict[str, Any]:
     wall = b.wall_s - a.wall_s
     rq = None if a.runqueue_s is None or b.runqueue_s is None else b.runqueue_s - a.runqueue_s
     inv = None if a.involuntary is None or b.involuntary is None else b.involuntary - a.involuntary
+    own = (
+        None
+        if a.step_thread_s is None or b.step_thread_s is None
+        else b.step_thread_s - a.step_thread_s
+    )
     return {
         "wall_s": wall,
         "cpu_s": b.cpu_s - a.cpu_s,
@@ -108,6 +125,10 @@ def delta(a: Sample, b: Sample) -> dict[str, Any]:
         # can exceed 1: it is "CPU-seconds wanted but not given" per second of the window
         "runqueue_share": None if rq is None or wall <= 0 else rq / wall,
         "involuntary_switches": inv,
+        # the step's own thread, runnable but not running: at most the step's wall time, so
+        # its share is the part of the step that did not progress for want of a CPU
+        "cpu_wait_s": own,
+        "cpu_wait_share": None if own is None or wall <= 0 else own / wall,
     }
 
 
@@ -138,7 +159,7 @@ class ContentionMeter:
             values = [s[key] for s in profiled]
             return None if not values or any(v is None for v in values) else sum(values)
 
-        wall, rq = total("wall_s"), total("runqueue_s")
+        wall, rq, own = total("wall_s"), total("runqueue_s"), total("cpu_wait_s")
         return {
             "schema": SCHEMA,
             "pid": os.getpid(),
@@ -150,13 +171,11 @@ class ContentionMeter:
                 "runqueue_s": rq,
                 "runqueue_share": None if rq is None or not wall else rq / wall,
                 "involuntary_switches": total("involuntary_switches"),
+                "cpu_wait_s": own,
+                "cpu_wait_share": None if own is None or not wall else own / wall,
             },
             "unavailable": self.why,
         }
-
-
-def contention_path(run: Path, rank: int) -> Path:
-    return Path(run) / "contention" / f"rank{rank}.json"
 
 
 def write_contention(run: Path, rank: int, data: dict[str, Any]) -> None:

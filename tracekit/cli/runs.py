@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.markup import escape
@@ -118,6 +119,17 @@ def _wanted(only: str | None) -> set[str]:
     return set(wanted)
 
 
+def _trust(summary: Any) -> str:
+    """How far the run's timings hold, for its demo line: CPU waiting and step spread (#27)."""
+    parts = []
+    c = summary.contention
+    if c is not None and c.cpu_wait_share_max is not None:
+        parts.append(f"waited for a CPU up to {c.cpu_wait_share_max:.0%} of its steps")
+    if summary.steps is not None:
+        parts.append(f"step {summary.steps.median_s:.3g} s, spread {summary.steps.spread:.0%}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 @click.command("demo")
 @click.option(
     "--out", type=click.Path(path_type=Path), default=Path("runs"), help="parent of the run folders"
@@ -175,7 +187,8 @@ def demo_cmd(out: Path, only: str | None) -> None:
                 results.append(result)
         took = f"{time.perf_counter() - t0:.1f} s"
         if status == "ok":
-            tables.err.print(f"{escape(label)} ... {took}", highlight=False)
+            trust = _trust(results[-1].summary)
+            tables.err.print(f"{escape(label)} ... {took}{escape(trust)}", highlight=False)
         else:
             failed.append(name)
             tables.err.print(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from tracekit.ingest.contention_record import ContentionCounts
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.ingest.spill import EventsRef, Spill
 
@@ -51,6 +52,8 @@ class RankPiece:
     """memory/rank<R>.json; None without one (or when it is not a JSON object, or empty)."""
     dumps: tuple[DumpRead, ...] = ()
     """Flight-recorder dumps whose file name names this rank (``fr_rank<R>.json``)."""
+    contention: ContentionCounts | None = None
+    """contention/rank<R>.json; None without one (foreign traces, older runs)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class Job:
     memory: dict[int, MemoryCounts] = field(default_factory=dict)
     """rank -> memory/rank<R>.json, for the ranks read and every rank the folder has a file
     for (so a ``--ranks`` subset still sees its ranks' neighbours counted)."""
+    contention: dict[int, ContentionCounts] = field(default_factory=dict)
+    """rank -> contention/rank<R>.json: how long it waited for a CPU (our runs only)."""
     flight_records: tuple[FlightRecord, ...] = ()
     """Flight-recorder dumps of every rank in the folder (nccl/, fr_rank*.json), in file order."""
     nccl: NcclLogs | None = None

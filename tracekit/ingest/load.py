@@ -8,7 +8,7 @@ tracekit.ingest.job.Job; the timeline and the analyses read no file. In steps:
     select(...)            the trace files to read: --ranks, --sample          (the job)
     scan_traces(files)     RankScan per file: info, slim events, where the     (per file)
                            rest waits (tracekit.ingest.rank_scan, .spill)
-    load_rank(source, r)   RankPiece: memory/rank<R>.json, fr_rank<R>.json     (per rank)
+    load_rank(source, r)   RankPiece: memory/, contention/rank<R>.json, fr_rank<R>.json (per rank)
     assemble(...)          Job: NCCL logs, topology, warnings                  (the job)
 
 The Job holds every rank's *slim* events (what the cross-rank steps read) and, per rank, where
@@ -34,6 +34,7 @@ from tracekit import runfolder
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events
 from tracekit.ingest import foreign
+from tracekit.ingest.contention_record import ContentionCounts
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece
 from tracekit.ingest.rank_scan import RankScan, scan_traces
@@ -112,12 +113,17 @@ def read_dump(path: Path) -> DumpRead:
 
 def load_rank(source: Source, rank: int) -> RankPiece:
     """What SOURCE files under RANK besides its trace: memory/rank<R>.json (kept when it is a
-    non-empty JSON object) and the flight-recorder dumps named for the rank."""
-    memory = None
+    non-empty JSON object), the flight-recorder dumps named for the rank, and
+    contention/rank<R>.json (run folders only)."""
+    memory = contention = None
     if source.folder and rank in source.memory_ranks:
         data = runfolder.load_json_if_present(runfolder.memory_path(source.path, rank))
         memory = MemoryCounts.from_json(data) if isinstance(data, dict) and data else None
-    return RankPiece(rank, memory, tuple(read_dump(p) for p in source.dumps_of.get(rank, ())))
+    if source.folder and source.run is not None:  # only our runs meter themselves
+        data = runfolder.load_json_if_present(runfolder.contention_path(source.path, rank))
+        contention = ContentionCounts.from_json(data) if isinstance(data, dict) else None
+    dumps = tuple(read_dump(p) for p in source.dumps_of.get(rank, ()))
+    return RankPiece(rank, memory, dumps, contention)
 
 
 def read_nccl(path: Path) -> NcclLogs | None:
@@ -193,6 +199,7 @@ def assemble(
         rank_events={s.info.rank: s.events for s in scans},
         spill=spill,
         memory={p.rank: p.memory for p in pieces if p.memory is not None},
+        contention={p.rank: p.contention for p in pieces if p.contention is not None},
         flight_records=tuple(d.record for d in order if d.record is not None),
         nccl=nccl,
         topology=topology,

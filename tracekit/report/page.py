@@ -165,13 +165,15 @@ def html_doc(
             present = [figs[f.name] for f in section.figures if figs.get(f.name) is not None]
             if not present and section.no_data is None and table_fn is None:
                 continue  # an optional section (the prediction) this run has nothing for
+            if not section.figures and not tables:
+                continue  # a table-only section (contention) in a page without tables
+            t = table_fn(s) if (table_fn and tables) else None
             parts.append(heading(3, section.title, "run", name))
-            if not present and section.no_data:
+            if not present and section.no_data and not t:
                 parts.append(f'<p class="nodata">{html.escape(section.no_data)}</p>')
                 continue
             for fig in present:
                 parts.append(figure_html(fig))
-            t = table_fn(s) if (table_fn and tables) else None
             if t:
                 parts.append(html_table(t))
         if tables:

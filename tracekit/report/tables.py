@@ -303,3 +303,43 @@ def why_table(summary: Summary) -> Table | None:
         ["rank", "cause", "kind", "waits charged"],
         rows,
     )
+
+
+def contention_table(summary: Summary) -> Table | None:
+    """CPU contention per rank (summary.json ``contention``): waiting for a CPU, against wall."""
+    c = summary.contention
+    if c is None:
+        return None
+    rows = [
+        [
+            f"rank {r.rank}",
+            fmt_s(r.cpu_wait_s),
+            fmt_frac(r.cpu_wait_share),
+            fmt_frac(r.step_share_max),
+            UNKNOWN if r.cpu_per_wall is None else f"{r.cpu_per_wall:.2f}",
+            UNKNOWN if r.involuntary_switches is None else str(r.involuntary_switches),
+            UNKNOWN if r.pinned is None else ("yes" if r.pinned else "no"),
+        ]
+        for r in c.per_rank
+    ]
+    steps = summary.steps
+    noise = (
+        f"; step time {fmt_s(steps.median_s)} median, {fmt_s(steps.min_s)}–{fmt_s(steps.max_s)} "
+        f"(spread {100 * steps.spread:.0f} %)"
+        if steps is not None
+        else ""
+    )
+    return (
+        f"waiting for a CPU ({c.local_ranks or UNKNOWN} ranks on {c.machine_cores or UNKNOWN} "
+        f"cores){noise}",
+        [
+            "rank",
+            "waited for a CPU",
+            "of its steps",
+            "worst step",
+            "CPU/wall",
+            "switches",
+            "pinned",
+        ],
+        rows,
+    )

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from tracekit.summary.base import M, Record
 from tracekit.summary.collectives import Collectives, Matching, Volume
+from tracekit.summary.contention import Contention, Steps
 from tracekit.summary.memory import Memory, Overlap
 from tracekit.summary.nccl import Nccl
 from tracekit.summary.pipeline import Pipeline
@@ -62,4 +63,15 @@ class Summary(Record, omit_defaults=True):
             "wait states, their root causes and the critical path (Scalasca; Böhme et al. 2010, "
             "2012); null without a window"
         ),
+    ] = None
+    contention: Annotated[
+        Contention | None,
+        M(
+            "how long each rank waited for a CPU during its profiled steps (tracekit runs); "
+            "absent for traces tracekit did not record (no contention files)"
+        ),
+    ] = None
+    steps: Annotated[
+        Steps | None,
+        M("the job's step time over its complete steps and its spread; absent under two steps"),
     ] = None

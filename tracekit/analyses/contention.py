@@ -1,0 +1,123 @@
+"""summary.json ``contention`` and ``steps`` (tracekit.summary.contention): can the run's own
+timings be trusted?
+
+``contention`` reads what each rank measured of itself (Job.contention); a rank whose step thread
+waited for a CPU more than INFLATED_SHARE of its steps gets a warning that names it, the share
+and what it inflates. ``steps`` is the job's step time over the complete steps and its spread.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import polars as pl
+
+from tracekit.analyses.section import SectionInput, SectionResult
+from tracekit.ingest.contention_record import ContentionCounts
+from tracekit.summary.contention import INFLATED_SHARE, Contention, ContentionRank, Steps
+
+#: a step-time spread above this share of the median is said in a warning
+NOISY_SPREAD = 0.25
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _rank(rank: int, c: ContentionCounts) -> ContentionRank:
+    shares = [w / wall for wall, w in c.step_waits if wall > 0]
+    return ContentionRank(
+        rank=rank,
+        wall_s=c.wall_s,
+        cpu_wait_s=c.cpu_wait_s,
+        cpu_wait_share=_ratio(c.cpu_wait_s, c.wall_s),
+        step_share_max=max(shares) if shares else None,
+        threads_runqueue_s=c.threads_runqueue_s,
+        cpu_per_wall=_ratio(c.cpu_s, c.wall_s),
+        involuntary_switches=c.involuntary_switches,
+        usable_cores=c.usable_cores,
+        pinned=c.pinned,
+        threads=c.threads,
+    )
+
+
+def _most(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def contention(inp: SectionInput) -> SectionResult[Contention]:
+    """The ``contention`` section: null without any contention file (foreign traces)."""
+    ranks = set(inp.job.ranks)
+    counts = {r: c for r, c in sorted(inp.job.contention.items()) if r in ranks}
+    if not counts:
+        return SectionResult()
+    rows = [_rank(r, c) for r, c in counts.items()]
+    shares = [r.cpu_wait_share for r in rows if r.cpu_wait_share is not None]
+    inflated = [r for r in rows if (r.cpu_wait_share or 0) > INFLATED_SHARE]
+    value = Contention(
+        ranks=len(rows),
+        machine_cores=_most([c.machine_cores for c in counts.values()]),
+        local_ranks=_most([c.local_ranks for c in counts.values()]),
+        cpu_wait_share_max=max(shares) if shares else None,
+        inflated=[r.rank for r in inflated],
+        unavailable=next((c.unavailable for c in counts.values() if c.unavailable), None),
+        per_rank=rows,
+    )
+    warnings = [_warning(value, inflated)] if inflated else []
+    return SectionResult(value, warnings=warnings)
+
+
+def _warning(value: Contention, inflated: list[ContentionRank]) -> str:
+    who = ", ".join(f"{r.rank} ({r.cpu_wait_share:.0%})" for r in inflated)
+    threads = _most([r.threads for r in value.per_rank])
+    machine = (
+        f"{value.local_ranks} ranks"
+        + (f" x {threads} threads" if threads else "")
+        + (f" on {value.machine_cores} cores" if value.machine_cores else "")
+        if value.local_ranks
+        else "ranks"
+    )
+    return (
+        f"contention: rank(s) {who} waited for a CPU that share of their profiled steps "
+        f"({machine}): their compute, bubble and step times include that waiting, so they "
+        "overstate what the strategy costs; rerun with fewer ranks or on an idle machine"
+    )
+
+
+def step_times(markers: pl.DataFrame) -> list[float]:
+    """Seconds of each step every rank has: earliest start to latest end over the ranks."""
+    if markers.height == 0:
+        return []
+    n = markers["rank"].n_unique()
+    per = (
+        markers.group_by("step")
+        .agg(pl.col("rank").n_unique().alias("n"), pl.col("start_ns").min(), pl.col("end_ns").max())
+        .filter(pl.col("n") == n)
+        .sort("step")
+    )
+    return [(e - s) * 1e-9 for s, e in zip(per["start_ns"], per["end_ns"], strict=True)]
+
+
+def steps(inp: SectionInput) -> SectionResult[Steps]:
+    """The ``steps`` section: null with fewer than two complete steps."""
+    analysed = inp.markers.filter(pl.col("rank").is_in(inp.job.ranks))
+    times = step_times(analysed)
+    if len(times) < 2:
+        return SectionResult()
+    median = statistics.median(times)
+    value = Steps(
+        steps=len(times),
+        median_s=median,
+        min_s=min(times),
+        max_s=max(times),
+        spread=(max(times) - min(times)) / median if median > 0 else 0.0,
+    )
+    warnings = []
+    if value.spread > NOISY_SPREAD:
+        warnings.append(
+            f"steps: step time varied from {value.min_s:.3g} to {value.max_s:.3g} s over "
+            f"{value.steps} steps ({value.spread:.0%} of the median {median:.3g} s): a "
+            "difference from another run smaller than that is noise"
+        )
+    return SectionResult(value, warnings=warnings)
