@@ -84,3 +84,28 @@ def test_the_sample_runs_steps_and_their_spread() -> None:
     st = s.steps
     assert st.min_s <= st.median_s <= st.max_s
     assert st.spread == pytest.approx((st.max_s - st.min_s) / st.median_s)
+
+
+def test_compare_ranks_runs_only_outside_their_noise() -> None:
+    """Two runs whose step ranges overlap cannot be ranked: "within noise"; a run whose every
+    step is slower than the fastest run's slowest: its excess over the fastest."""
+    import msgspec
+
+    from tracekit.figures import compare_rows
+    from tracekit.report import compare_table
+
+    s = analyze(DP).summary
+    assert s.steps is not None and s.ranks[0].step_time_s is not None
+    lo, hi = s.steps.min_s, s.steps.max_s
+
+    def slower(factor: float):
+        steps = msgspec.structs.replace(s.steps, min_s=lo * factor, max_s=hi * factor)
+        ranks = [msgspec.structs.replace(r, step_time_s=r.step_time_s * factor) for r in s.ranks]
+        return msgspec.structs.replace(s, steps=steps, ranks=ranks)
+
+    far = 1.01 * hi / lo  # the slower run's shortest step beyond the fastest's longest
+    rows = compare_rows([("a", s), ("same", slower(1.0 + 1e-9)), ("far", slower(far))])
+    assert [r["vs_fastest"] for r in rows] == ["fastest", "within noise", f"+{far - 1:.0%}"]
+    _, head, table = compare_table([("a", s), ("far", slower(far))])
+    assert table[1][head.index("vs fastest")] == f"+{far - 1:.0%}"
+    assert table[0][head.index("waited for a CPU")] == "–"  # the sample has no contention files

@@ -78,9 +78,36 @@ def compare_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
                 "allgather_hidden_fraction": (
                     s.overlap.allgather_hidden_fraction if s.overlap else None
                 ),
+                # the job's step time range over its steps (summary.json steps), for noise
+                "step_min_s": s.steps.min_s if s.steps else None,
+                "step_max_s": s.steps.max_s if s.steps else None,
+                "step_spread": s.steps.spread if s.steps else None,
+                "cpu_wait_share_max": s.contention.cpu_wait_share_max if s.contention else None,
             }
         )
+    _versus_fastest(out)
     return out
+
+
+def _versus_fastest(rows: list[dict[str, Any]]) -> None:
+    """Each row's ``vs_fastest``: its step time against the fastest run's, or "within noise"
+    when the two runs' step ranges (shortest to longest step) overlap, so that the runs cannot
+    be ranked; null without a step time or a range to judge by."""
+    timed = [r for r in rows if r["step_time_s"] is not None]
+    fastest = min(timed, key=lambda r: r["step_time_s"], default=None)
+    for r in rows:
+        r["vs_fastest"] = None
+        if fastest is None or r["step_time_s"] is None:
+            continue
+        if r is fastest:
+            r["vs_fastest"] = "fastest"
+        elif None in (r["step_min_s"], fastest["step_max_s"]):
+            continue  # no range: the difference cannot be judged against noise
+        elif r["step_min_s"] <= fastest["step_max_s"]:
+            r["vs_fastest"] = "within noise"
+        else:
+            slower = r["step_time_s"] / fastest["step_time_s"] - 1
+            r["vs_fastest"] = f"+{slower:.0%}"
 
 
 def compare_step_time(runs: Sequence[Run]) -> go.Figure | None:
