@@ -12,6 +12,7 @@ from dashboards.root import Refused
 from tracekit import figures as F
 from tracekit import report as R
 from tracekit.errors import TracekitError
+from tracekit.report.claims import HOLDS, claims
 from tracekit.runname import names_for
 
 
@@ -33,8 +34,15 @@ def page(view: View) -> list:
         return kids
     # display names ("zero3 (prefetch 0)" / "(prefetch 1)"), not folder names that look alike
     names = names_for([(Path(a.path), a.run) for _, a in loaded])
+    checked = claims([a for _, a in loaded])
     loaded = [(n, a.summary) for n, (_, a) in zip(names, loaded)]
     kids.append(table(R.compare_table(loaded), "compare-table"))
+    if checked:  # the papers' claims on these runs (tracekit.report.claims)
+        kids.append(html.H3("the papers' claims on these runs"))
+        items = [
+            html.Li(c.line(), className="ok" if c.verdict == HOLDS else "warn") for c in checked
+        ]
+        kids.append(html.Ul(items, id="claims"))
     for name, fig in F.compare_figures(loaded).items():
         if fig is not None:
             kids.append(graph(fig, f"fig-{name.replace('_', '-')}"))

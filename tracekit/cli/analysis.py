@@ -237,6 +237,7 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
             status.update(f"writing {out}")
             write_report(results, out, fmt, names=names)
     tables.out().print(tables.comparison_table(names, results))
+    tables.print_claims(results)
     if out is not None:
         tables.err.print(f"wrote {out}", highlight=False)
 

@@ -200,6 +200,7 @@ def demo_cmd(out: Path, only: str | None) -> None:
     if results:
         names = display_names(done)
         console.print(comparison_table(names, results, width=console.width))
+        tables.print_claims(results)
         report = Path(out) / "demo-report.html"
         write_report(results, report, "html", names=names)
         console.print(

@@ -11,6 +11,7 @@ import sys
 
 from rich.cells import cell_len
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -112,6 +113,18 @@ def comparison_table(names: list[str], results: list, width: int | None = None) 
     head = [head[i] for i in order]
     rows = [[row[i] for i in order] for row in rows]
     return fit_tables(title, head, rows, keys=1, width=width, left=1)
+
+
+def print_claims(results: list) -> None:
+    """The papers' claims on these runs (tracekit.report.claims), one line each, on stdout."""
+    from tracekit.report.claims import HOLDS, claims
+
+    checked = claims(results)
+    if checked:
+        out().print("the papers' claims on these runs:", highlight=False)
+    for c in checked:
+        mark = "[green]✓[/]" if c.verdict == HOLDS else "[yellow]✗[/]"
+        out().print(f"  {mark} {escape(c.line())}", highlight=False, soft_wrap=True)
 
 
 def fit_tables(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.analyses import manifest
+from tracekit.report.claims import claims
 from tracekit.report.progress import Progress
 from tracekit.report.tables import Table, compare_table, rank_table, table_of, top_events
 
@@ -34,6 +35,10 @@ def write_md(
     summaries = [(n, a.summary) for n, a in zip(names, analyses)]
     if len(analyses) > 1:
         lines += ["## comparison", ""] + _md_table(compare_table(summaries))
+        checked = claims(analyses)
+        if checked:
+            lines += ["### the papers' claims on these runs", ""]
+            lines += [f"- {_md_cell(c.line())}" for c in checked] + [""]
     for name, a in zip(names, analyses):
         s = a.summary
         lines += [f"## {_md_cell(name)}", "", f"source: {_md_cell(a.path)}", ""]

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 
 from tracekit.analyses import manifest
 from tracekit.figures import compare_figures, figures_for
+from tracekit.report.claims import HOLDS, claims
 from tracekit.report.overview import anchor, overview_html
 from tracekit.report.progress import Progress
 from tracekit.report.tables import Table, compare_table, rank_table, table_of, top_events
@@ -149,6 +150,14 @@ def html_doc(
         for fig in compare.values():
             if fig is not None:
                 parts.append(figure_html(fig))
+        checked = claims(analyses)
+        if checked:  # the papers' claims on these runs (tracekit.report.claims)
+            parts.append(heading(3, "the papers' claims on these runs"))
+            items = "".join(
+                f'<li class="{"ok" if c.verdict == HOLDS else "warn"}">{html.escape(c.line())}</li>'
+                for c in checked
+            )
+            parts.append(f'<ul class="claims">{items}</ul>')
     for name, a, figs in zip(names, analyses, per_run):
         s = a.summary
         parts.append(heading(2, name, "run"))
