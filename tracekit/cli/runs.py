@@ -119,6 +119,24 @@ def _wanted(only: str | None) -> set[str]:
     return set(wanted)
 
 
+def _without_wire(runs: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The demo runs, those on an emulated network moved to logical nodes where this machine
+    cannot make one (one line says why)."""
+    from tracekit.capture import netns
+
+    wired = [name for name, o in runs if o.get("emulate_network")]
+    why = netns.unavailable() if wired else None
+    if why is None:
+        return runs
+    tables.err.print(
+        escape(f"tracekit demo: {', '.join(sorted(set(wired)))} on logical nodes, not an emulated "
+               f"network ({why}): their transfers are CPU work, so prefetch cannot shorten a step"),
+        highlight=False,
+    )  # fmt: skip
+    drop = ("emulate_network", "inter_node_bandwidth")
+    return [(name, {k: v for k, v in o.items() if k not in drop}) for name, o in runs]
+
+
 def _trust(summary: Any) -> str:
     """How far the run's timings hold, for its demo line: CPU waiting and step spread (#27)."""
     parts = []
@@ -148,7 +166,7 @@ def demo_cmd(out: Path, only: str | None) -> None:
     from tracekit.runfolder import load_run_json
     from tracekit.runname import display_name, display_names
 
-    runs = [(s, o) for s, o in registry.demo_runs() if s in _wanted(only)]
+    runs = _without_wire([(s, o) for s, o in registry.demo_runs() if s in _wanted(only)])
     need_torch("tracekit demo")
     console = tables.out()
     done, results, failed = [], [], []

@@ -124,7 +124,7 @@ def print_claims(results: list) -> None:
         out().print("the papers' claims on these runs:", highlight=False)
     for c in checked:
         mark = "[green]✓[/]" if c.verdict == HOLDS else "[yellow]✗[/]"
-        out().print(f"  {mark} {escape(c.line())}", highlight=False, soft_wrap=True)
+        out().print(f"  {mark} {escape(c.line())}", highlight=False)  # wrapped at the width
 
 
 def fit_tables(
