@@ -107,6 +107,7 @@ def test_calls_per_group_are_counted_from_the_events(groups_analysis) -> None:
 
 
 def test_transfer_is_the_shortest_span_and_the_rest_is_wait(groups_analysis) -> None:
+    """A collective's transfer is its shortest span; a send and its recv: their overlap."""
     m = groups_analysis.frames["collective_matches"]
     assert m.height == groups_analysis.collectives.height and m["complete"].all()
     per_call = (
@@ -114,14 +115,19 @@ def test_transfer_is_the_shortest_span_and_the_rest_is_wait(groups_analysis) -> 
         .group_by("call_id")
         .agg(
             pl.col("dur").min().alias("shortest"),
+            (pl.col("end_ns").min() - pl.col("start_ns").max()).clip(0).alias("overlap"),
+            pl.col("op").is_in(["send", "recv"]).all().alias("p2p"),
             pl.col("transfer_ns").n_unique().alias("one"),
             pl.col("transfer_ns").first(),
             pl.col("wait_ns").min().alias("least_wait"),
         )
     )
     assert (per_call["one"] == 1).all()
-    assert (per_call["transfer_ns"] == per_call["shortest"]).all()
-    assert (per_call["least_wait"] == 0).all()  # the last to arrive waits for no one
+    coll, p2p = per_call.filter(~pl.col("p2p")), per_call.filter(pl.col("p2p"))
+    assert coll.height and p2p.height
+    assert (coll["transfer_ns"] == coll["shortest"]).all()
+    assert (p2p["transfer_ns"] == p2p["overlap"]).all()
+    assert (coll["least_wait"] == 0).all()  # the last to arrive waits for no one
     assert ((m["transfer_ns"] + m["wait_ns"]) == (m["end_ns"] - m["start_ns"])).all()
     # rank 1 sleeps before every row all_reduce: rank 0 waits for it, rank 1 does not
     row_ar = m.filter((pl.col("group") == "1") & (pl.col("op") == "all_reduce"))

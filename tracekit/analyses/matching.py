@@ -12,7 +12,9 @@ arrives and ends when the data has moved, so a rank that arrives early waits for
 rank has exactly one row for it and they agree on the op and, where known, the size; otherwise
 its rows keep only their durations (transfer_ns and wait_ns null). Point-to-point transfers are
 matched by direction and order: the k-th send from a to b is the k-th recv on b from a
-(``call_id`` ``p2p:a->b#k``), transfer = the shorter of the two spans; the order is shifted when
+(``call_id`` ``p2p:a->b#k``), transfer = the two spans' overlap, from the later start to the
+earlier end (a receive posted ahead waits for its send: Scalasca's late sender; the breakdown's
+p2p rule, tracekit.p2p_time, is the same), wait = the rest of each span; the order is shifted when
 the trace of b starts with a recv whose send predates a's trace (``best_shift``).
 
 Bandwidth (nccl-tests, docs/metrics.md) uses one transfer time per call: algbw = S / transfer, busbw =
@@ -147,7 +149,17 @@ def match(table: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             .n_unique()
             .alias("_ops"),
             pl.col("bytes").drop_nulls().n_unique().alias("_sizes"),
-            pl.col("_dur").min().alias("_transfer"),
+            pl.col("_dur").min().alias("_shortest"),
+            (pl.col("end_ns").min() - pl.col("start_ns").max()).clip(0).alias("_overlap"),
+            pl.col("op").is_in(P2P).all().alias("_p2p"),
+        )
+        .with_columns(
+            # p2p: the two spans' overlap, from the later start (the other side already there)
+            # to the earlier end; a receive posted ahead is waiting, not moving bytes
+            pl.when(pl.col("_p2p"))
+            .then(pl.col("_overlap"))
+            .otherwise(pl.col("_shortest"))
+            .alias("_transfer")
         )
         .with_columns(
             (
