@@ -182,7 +182,8 @@ def test_index_lists_runs_and_draws(page, server, root):
     for run in _sample_runs(root):
         assert run in listed
     _open(page, server, "/?run=trace_filter")
-    assert _count(page, "#fig-breakdown g.trace.bars") == 5
+    # exposed comm split into transfer and waiting on peers (its wait states are known)
+    assert _count(page, "#fig-breakdown g.trace.bars") == 6
     assert page.locator("#rank-table tbody tr").count() == 2
     _shot(page, "index-trace_filter")
 

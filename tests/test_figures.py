@@ -184,3 +184,22 @@ def test_trace_text_is_data_not_markup(syn):
     assert not any("<img" in h for h in hover)
     # plotly's JSON writes '<' as \u003c: no markup can close a <script> from figure data
     assert "<img" not in fig.to_json() and "</" not in fig.to_json()
+
+
+def test_the_breakdown_shows_waiting_on_peers_as_its_own_state():
+    """On the sample 1F1B run a stage waiting for its predecessor's activations is waiting, not
+    communication: the breakdown's exposed part is transfer + waiting, and waiting dominates."""
+    from pathlib import Path
+
+    from tracekit.analysis import analyze
+
+    a = analyze(Path(__file__).resolve().parents[1] / "sample_traces" / "pp-1f1b")
+    fig = F.figures_for(a)["breakdown"]
+    bars = {t.name: list(t.y) for t in fig.data}
+    assert "exposed comm" not in bars
+    waits = {w.rank: w for w in a.summary.why.wait_states.per_rank}
+    for i, r in enumerate(a.summary.ranks):
+        moved, waited = bars["exposed transfer"][i], bars["waiting on peers"][i]
+        assert moved + waited == pytest.approx(r.exposed_comm_s)
+        assert waited == pytest.approx(waits[r.rank].waiting_s)
+    assert sum(bars["waiting on peers"]) > 5 * sum(bars["exposed transfer"])

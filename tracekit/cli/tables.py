@@ -39,7 +39,9 @@ def rank_table(summary: Summary, width: int | None = None) -> Group:
     """The per-rank breakdown (seconds, and percent of span), stacked to fit ``width``."""
     win = summary.window
     head = ["rank", "node", "span s", "step s", "compute", "comm", "overlap", "exposed"]
-    head += ["other", "idle"]
+    head += ["of which waiting", "other", "idle"]
+    # waiting on peers (summary.json why.wait_states): exposed comm that moved no bytes
+    waits = {w.rank: w.waiting_s for w in (summary.why.wait_states.per_rank if summary.why else [])}
     rows = []
     for r in summary.ranks:
         span = r.span_s or 0.0
@@ -54,6 +56,7 @@ def rank_table(summary: Summary, width: int | None = None) -> Group:
                     _share(v or 0.0, span)
                     for v in (r.compute_s, r.comm_s, r.overlap_s, r.exposed_comm_s)
                 ),
+                "–" if r.rank not in waits else _share(waits[r.rank], span),
                 _share(r.other_s or 0.0, span),
                 _share(r.idle_s or 0.0, span),
             ]

@@ -23,6 +23,8 @@ STATE_LABELS = {
     "compute": "compute",
     "overlap": "compute + comm (overlap)",
     "comm": "exposed comm",
+    "transfer": "exposed transfer",
+    "waiting": "waiting on peers",
     "other": "other (memcpy/memset/sync)",
     "idle": "idle",
 }
@@ -30,6 +32,8 @@ STATE_COLORS = {
     "compute": "#2e8b3e",
     "overlap": "#1f9fb4",
     "comm": "#d62728",
+    "transfer": "#d62728",
+    "waiting": "#ff9896",
     "other": "#8c6bb1",
     "idle": "#c8c8c8",
 }

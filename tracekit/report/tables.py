@@ -65,10 +65,13 @@ def rank_table(summary: Summary) -> Table:
         "comm s",
         "overlap s",
         "exposed comm s",
+        "of which waiting s",
         "other s",
         "idle s",
         "idle %",
     ]
+    # waiting on peers (summary.json why.wait_states): exposed comm that moved no bytes
+    waits = {w.rank: w.waiting_s for w in (summary.why.wait_states.per_rank if summary.why else [])}
     rows = [
         _cells(
             (
@@ -80,6 +83,7 @@ def rank_table(summary: Summary) -> Table:
                 r.comm_s,
                 r.overlap_s,
                 r.exposed_comm_s,
+                waits.get(r.rank),
                 r.other_s,
                 r.idle_s,
             )
