@@ -46,6 +46,7 @@ class Claim:
 class _Run:
     summary: Summary
     prefetch: int | None
+    label: str
 
 
 def _runs(analyses: Sequence[Any]) -> dict[str, _Run]:
@@ -58,7 +59,8 @@ def _runs(analyses: Sequence[Any]) -> dict[str, _Run]:
         opts = ((a.run or {}).get("config") or {}).get("strategy_options") or {}
         prefetch = opts.get("prefetch") if isinstance(opts.get("prefetch"), int) else None
         key = s.run.strategy + (f"@{prefetch}" if s.run.strategy == "zero3" else "")
-        out.setdefault(key, _Run(s, prefetch))
+        label = s.run.strategy + (f" (prefetch {prefetch})" if s.run.strategy == "zero3" else "")
+        out.setdefault(key, _Run(s, prefetch, label))
     return out
 
 
@@ -66,8 +68,7 @@ def _contended(*runs: _Run) -> str | None:
     """The measured reason timings may be off: CPU waiting, step spread."""
     parts = []
     for r in runs:
-        c, st, name = r.summary.contention, r.summary.steps, r.summary.run
-        who = name.strategy if name else "?"
+        c, st, who = r.summary.contention, r.summary.steps, r.label
         if c is not None and c.cpu_wait_share_max is not None and c.inflated:
             parts.append(f"{who}'s ranks waited for a CPU up to {c.cpu_wait_share_max:.0%}")
         if st is not None and st.spread > 0.25:
