@@ -203,3 +203,20 @@ def test_the_breakdown_shows_waiting_on_peers_as_its_own_state():
         assert moved + waited == pytest.approx(r.exposed_comm_s)
         assert waited == pytest.approx(waits[r.rank].waiting_s)
     assert sum(bars["waiting on peers"]) > 5 * sum(bars["exposed transfer"])
+
+
+def test_the_timeline_marks_where_each_step_starts():
+    from pathlib import Path
+
+    from tracekit.analysis import analyze
+
+    a = analyze(Path(__file__).resolve().parents[1] / "sample_traces" / "pp-gpipe")
+    steps = a.frame("steps")
+    assert steps.height >= 2 and steps.height == a.summary.steps.steps
+    fig = F.figures_for(a)["timeline"]
+    assert fig.layout.meta["steps"] == steps.height
+    t0 = fig.layout.meta["t0_ns"]
+    xs = sorted(sh.x0 for sh in fig.layout.shapes if sh.line.dash == "dot")
+    assert xs == pytest.approx([(s - t0) * 1e-9 for s in steps["start_ns"].to_list()])
+    texts = [an.text for an in fig.layout.annotations if an.text.startswith("step ")]
+    assert texts == [f"step {s}" for s in steps["step"].to_list()]

@@ -87,9 +87,13 @@ def detail_figure(
     tl = F.frame(analysis, "timeline")
     if tl is None or tl.height == 0:
         return None
-    bubbles = F.frame(analysis, "bubbles")
+    bubbles, steps = F.frame(analysis, "bubbles"), F.frame(analysis, "steps")
     if relayout.get("xaxis.autorange"):
-        fig = overview if overview is not None else F.timeline_overview(tl, bubbles=bubbles)
+        fig = (
+            overview
+            if overview is not None
+            else F.timeline_overview(tl, bubbles=bubbles, steps=steps)
+        )
         assert fig is not None  # tl has spans
         meta = fig.layout.meta
         return fig, (
@@ -113,6 +117,7 @@ def detail_figure(
         xw[1],
         events=_events_in_window(analysis),
         bubbles=bubbles,
+        steps=steps,
         ranks=ranks,
         y_range=yw,
     )

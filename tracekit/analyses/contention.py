@@ -85,26 +85,38 @@ def _warning(value: Contention, inflated: list[ContentionRank]) -> str:
     )
 
 
-def step_times(markers: pl.DataFrame) -> list[float]:
-    """Seconds of each step every rank has: earliest start to latest end over the ranks."""
+#: the frame ``steps``: the job's steps (the timeline draws their boundaries)
+STEPS_SCHEMA = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+def step_frame(markers: pl.DataFrame) -> pl.DataFrame:
+    """Each step every rank has: its earliest start and latest end over the ranks."""
     if markers.height == 0:
-        return []
+        return pl.DataFrame(schema=STEPS_SCHEMA)
     n = markers["rank"].n_unique()
-    per = (
+    return (
         markers.group_by("step")
         .agg(pl.col("rank").n_unique().alias("n"), pl.col("start_ns").min(), pl.col("end_ns").max())
         .filter(pl.col("n") == n)
         .sort("step")
+        .select(list(STEPS_SCHEMA))
+        .cast(STEPS_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+def step_times(markers: pl.DataFrame) -> list[float]:
+    """Seconds of each step every rank has (:func:`step_frame`)."""
+    per = step_frame(markers)
     return [(e - s) * 1e-9 for s, e in zip(per["start_ns"], per["end_ns"], strict=True)]
 
 
 def steps(inp: SectionInput) -> SectionResult[Steps]:
     """The ``steps`` section: null with fewer than two complete steps."""
     analysed = inp.markers.filter(pl.col("rank").is_in(inp.job.ranks))
+    frame = step_frame(analysed)
     times = step_times(analysed)
     if len(times) < 2:
-        return SectionResult()
+        return SectionResult(frames={"steps": frame})
     median = statistics.median(times)
     value = Steps(
         steps=len(times),
@@ -120,4 +132,4 @@ def steps(inp: SectionInput) -> SectionResult[Steps]:
             f"{value.steps} steps ({value.spread:.0%} of the median {median:.3g} s): a "
             "difference from another run smaller than that is noise"
         )
-    return SectionResult(value, warnings=warnings)
+    return SectionResult(value, {"steps": frame}, warnings)

@@ -221,7 +221,13 @@ CONTENTION = Section(
     table="contention_table",
     no_data=NO_CONTENTION,
 )
-STEPS = Section("steps", "step time and its noise", struct=Steps, compute=contention.steps)
+STEPS = Section(
+    "steps",
+    "step time and its noise",
+    struct=Steps,
+    compute=contention.steps,
+    frames={"steps": contention.STEPS_SCHEMA},
+)
 WHY = Section(
     "why",
     "why: wait states, root causes, critical path",

@@ -56,6 +56,7 @@ def timeline_overview(
     tl: pl.DataFrame | None,
     *,
     bubbles: pl.DataFrame | None = None,
+    steps: pl.DataFrame | None = None,
     bins: int = MAX_BINS,
     t0_ns: int | None = None,
     lanes: Sequence[int] | None = None,
@@ -95,9 +96,11 @@ def timeline_overview(
         yaxis=lane_axis(lanes),
         uirevision="timeline",
     )
+    n_steps = step_lines(fig, steps, t0, lo, hi)
     fig.update_layout(
         meta=dict(
             mode="overview" if window is None else "binned",
+            steps=n_steps,
             bins=nbins,
             bin_s=width * NS,
             segments=int(tl.height),
@@ -157,6 +160,7 @@ def timeline_detail(
     t0_ns: int | None = None,
     events: pl.DataFrame | EventsInWindow | None = None,
     bubbles: pl.DataFrame | None = None,
+    steps: pl.DataFrame | None = None,
     ranks: Sequence[int] | None = None,
     y_range: Sequence[float] | None = None,
     max_bars: int = MAX_BARS,
@@ -188,6 +192,7 @@ def timeline_detail(
         binned = timeline_overview(
             tl.filter(pl.col("rank").is_in(shown)),
             bubbles=bubbles,
+            steps=steps,
             t0_ns=t0,
             lanes=lanes,
             window=(lo, hi),
@@ -228,9 +233,11 @@ def timeline_detail(
         yaxis=yaxis,
         uirevision="timeline",
     )
+    n_steps = step_lines(fig, steps, t0, lo, hi)
     fig.update_layout(
         meta=dict(
             mode="detail",
+            steps=n_steps,
             bars=n_bars,
             events=n_events,
             segments=int(seg.height),
@@ -241,6 +248,33 @@ def timeline_detail(
     return fig
 
 
+#: at most this many step boundaries are drawn in one view (more: none, they would be a wall)
+MAX_STEP_LINES = 200
+
+
+def step_lines(fig: go.Figure, steps: pl.DataFrame | None, t0: int, lo: int, hi: int) -> int:
+    """A dotted line where each step of the job starts (summary.json ``steps``' frame: step,
+    start_ns, end_ns), within [lo, hi]; the number drawn."""
+    if steps is None or steps.height == 0:
+        return 0
+    shown = steps.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") <= hi))
+    if shown.height > MAX_STEP_LINES:
+        return 0
+    for step, start in zip(shown["step"], shown["start_ns"], strict=True):
+        fig.add_vline(
+            x=(start - t0) * NS,
+            line={"color": "#444", "width": 1, "dash": "dot"},
+            annotation={"text": f"step {step}", "font": {"size": 10}},
+            annotation_position="top right",
+        )
+    return shown.height
+
+
 def timeline_of(analysis: Any) -> go.Figure | None:
-    """The ``timeline`` figure of an Analysis: the binned overview of its merged timeline."""
-    return timeline_overview(frame(analysis, "timeline"), bubbles=frame(analysis, "bubbles"))
+    """The ``timeline`` figure of an Analysis: the binned overview of its merged timeline, with
+    the job's step boundaries."""
+    return timeline_overview(
+        frame(analysis, "timeline"),
+        bubbles=frame(analysis, "bubbles"),
+        steps=frame(analysis, "steps"),
+    )
