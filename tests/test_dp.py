@@ -193,3 +193,18 @@ def test_bf16_mixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert mem["params_bytes"] == 2 * psi and mem["grads_bytes"] == 2 * psi  # K=12: 2 + 2 + 12
     assert 12 * psi <= mem["optimizer_bytes"] <= 12 * psi + 8 * len(params)
     assert mem["optimizer_bytes_by_key"]["master"] == 4 * psi
+
+
+def test_run_keeps_the_profilers_chatter_in_the_logs(tmp_path: Path) -> None:
+    """`tracekit run` shows the job's lines, not kineto's USDT lines; logs/ keeps them all."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", "run", "dp", "--steps", "2", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "USDT:" not in done.stderr and "[dp] step 1 (profiled)" in done.stderr
+    (run,) = tmp_path.iterdir()
+    assert "USDT:" in (run / "logs" / "launcher.log").read_text()

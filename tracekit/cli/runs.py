@@ -73,13 +73,41 @@ def run_cmd(strategy: str, **opts: object) -> None:
     from tracekit.runfolder import load_run_json
 
     given = {k: v for k, v in opts.items() if v is not None and v is not False}
-    run_dir = run_job(options.RunOptions(strategy, **given))  # type: ignore[arg-type]
+    quiet = _WithoutProfilerNoise(sys.stderr)
+    try:
+        run_dir = run_job(options.RunOptions(strategy, **given), log=quiet)  # type: ignore[arg-type]
+    finally:
+        quiet.flush()
     status = (load_run_json(run_dir) or {}).get("status")
     click.echo(str(run_dir))
     if status != "ok":
         # the run folder keeps what survived; its path stays the last line of stdout
         print(f"tracekit: {run_dir}: run {status}; see run.json errors and logs/", file=sys.stderr)
         sys.exit(1)
+
+
+class _WithoutProfilerNoise:
+    """What ``tracekit run`` copies to the terminal: the job's output less the profiler's own
+    chatter (kineto's ``USDT: ... profiler_start`` / ``STAGE: ...`` lines), which every rank
+    prints twice a run and which says nothing about the job; logs/ keeps every line."""
+
+    NOISE = re.compile(r"^(?:\[\w+\]:)?(?:USDT:|STAGE:)")
+
+    def __init__(self, sink: Any) -> None:
+        self.sink, self._partial = sink, ""
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        kept = [line for line in lines if not self.NOISE.match(line)]
+        if kept:
+            self.sink.write("\n".join(kept) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._partial and not self.NOISE.match(self._partial):
+            self.sink.write(self._partial)
+        self._partial = ""
+        self.sink.flush()
 
 
 class _JobOutput:
