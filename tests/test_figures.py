@@ -220,3 +220,25 @@ def test_the_timeline_marks_where_each_step_starts():
     assert xs == pytest.approx([(s - t0) * 1e-9 for s in steps["start_ns"].to_list()])
     texts = [an.text for an in fig.layout.annotations if an.text.startswith("step ")]
     assert texts == [f"step {s}" for s in steps["step"].to_list()]
+
+
+def test_the_why_timeline_draws_the_states_the_summary_counts():
+    """The why page's bands per rank add up to that rank's compute, waiting and transfer of
+    summary.json why.wait_states.per_rank (a band drawn over another would not)."""
+    from pathlib import Path
+
+    from tracekit.analysis import analyze
+
+    a = analyze(Path(__file__).resolve().parents[1] / "sample_traces" / "pp-1f1b")
+    fig = F.figures_for(a)["why_path"]
+    drawn: dict[str, dict[int, float]] = {}
+    for t in fig.data:
+        if t.name == "critical path":
+            continue
+        xs, ys = list(t.x), list(t.y)
+        per = drawn.setdefault(t.name, {})
+        for i in range(0, len(xs), 3):
+            per[int(ys[i])] = per.get(int(ys[i]), 0.0) + (xs[i + 1] - xs[i]) * 1e-3
+    for row, w in enumerate(a.summary.why.wait_states.per_rank):
+        assert drawn["waiting"][row] == pytest.approx(w.waiting_s, rel=1e-6)
+        assert drawn["transfer"][row] == pytest.approx(w.transfer_s, rel=1e-6)

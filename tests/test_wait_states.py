@@ -29,6 +29,12 @@ def test_interval_union_intersection_and_coverage() -> None:
     a, b = iv.intersect((s, e), (np.array([1, 22]), np.array([6, 30])))
     assert a.tolist() == [1, 5, 22] and b.tolist() == [4, 6, 25]
     assert iv.inside(s, e, np.array([0, 1, 10]), np.array([30, 7, 11])).tolist() == [12, 5, 0]
+    # [0,4) [5,8) [20,25) less [1,6) [22,30): [0,1) [6,8) [20,22)
+    m, n = iv.minus((s, e), (np.array([1, 22]), np.array([6, 30])))
+    assert m.tolist() == [0, 6, 20] and n.tolist() == [1, 8, 22]
+    assert (
+        iv.minus((s, e), (np.array([], np.int64), np.array([], np.int64)))[0].tolist() == s.tolist()
+    )
 
 
 def test_pipeline_waiting_is_its_own_state_and_the_states_add_up(pp) -> None:

@@ -45,6 +45,15 @@ def intersect(a: tuple[Ints, Ints], b: tuple[Ints, Ints]) -> tuple[Ints, Ints]:
     return union(s, e)
 
 
+def minus(a: tuple[Ints, Ints], b: tuple[Ints, Ints]) -> tuple[Ints, Ints]:
+    """The part of disjoint set a outside disjoint set b."""
+    if a[0].size == 0 or b[0].size == 0:
+        return a
+    lo, hi = min(a[0][0], b[0][0]), max(a[1][-1], b[1][-1])
+    gaps = (np.concatenate([[lo], b[1]]), np.concatenate([b[0], [hi]]))  # b's complement
+    return intersect(a, union(*gaps))
+
+
 def covered(starts: Ints, ends: Ints, t: Ints) -> Ints:
     """For each time in t, the length of the disjoint sorted set before it (ns)."""
     t = np.asarray(t, np.int64)

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 import polars as pl
 
+from tracekit.analyses import intervals as iv
 from tracekit.figures.read import frame
 from tracekit.figures.style import layout
 
@@ -69,6 +70,27 @@ def _band(fig: go.Figure, state: str, spans: pl.DataFrame, t0: int, y: dict[int,
     )
 
 
+def _split_exposed(exposed: pl.DataFrame, waits: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each rank's exposed communication (the timeline's ``comm`` state) inside its wait
+    intervals (waiting on peers) and outside them (transfer), as WaitRank defines them."""
+    wait_iv = waits.filter(pl.col("wait_ns") > 0).select(
+        "rank", "start_ns", (pl.col("start_ns") + pl.col("wait_ns")).alias("end_ns")
+    )
+    parts: dict[str, list[pl.DataFrame]] = {"waiting": [], "transfer": []}
+    for (rank,), e in exposed.partition_by("rank", as_dict=True).items():
+        w = wait_iv.filter(pl.col("rank") == rank)
+        a = iv.union(e["start_ns"].to_numpy(), e["end_ns"].to_numpy())
+        b = iv.union(w["start_ns"].to_numpy(), w["end_ns"].to_numpy())
+        for name, (s, t) in (("waiting", iv.intersect(a, b)), ("transfer", iv.minus(a, b))):
+            parts[name].append(pl.DataFrame({"rank": [rank] * len(s), "start_ns": s, "end_ns": t}))
+    empty = pl.DataFrame(schema={"rank": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+
+    def cat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+        return pl.concat(frames, how="vertical_relaxed") if frames else empty
+
+    return cat(parts["waiting"]), cat(parts["transfer"])
+
+
 def path_of(analysis: Any) -> go.Figure | None:
     """``why_path``: each rank's timeline (compute, transfer, waiting) and the critical path
     across ranks as a black line, hops between ranks drawn vertically."""
@@ -82,19 +104,15 @@ def path_of(analysis: Any) -> go.Figure | None:
     y = {r: i for i, r in enumerate(ranks)}
     t0 = int(cast(int, path["start_ns"].min()))
     fig = go.Figure()
-    comm = tl.filter(pl.col("state").is_in(["compute", "overlap"]))
-    _band(fig, "compute", comm, t0, y)
+    busy = tl.filter(pl.col("state").is_in(["compute", "overlap"]))
+    _band(fig, "compute", busy, t0, y)
+    exposed = tl.filter(pl.col("state") == "comm")
     if waits is not None and waits.height:
-        w = waits.filter(pl.col("wait_ns") > 0).select(
-            "rank", "start_ns", (pl.col("start_ns") + pl.col("wait_ns")).alias("end_ns")
-        )
-        _band(fig, "waiting", w, t0, y)
-        t = waits.select(
-            "rank",
-            pl.max_horizontal("start_ns", "last_arrival_ns").alias("start_ns"),
-            pl.min_horizontal("end_ns", "done_ns").alias("end_ns"),
-        )
-        _band(fig, "transfer", t.filter(pl.col("end_ns") > pl.col("start_ns")), t0, y)
+        waited, moved = _split_exposed(exposed, waits)
+        _band(fig, "waiting", waited, t0, y)
+        _band(fig, "transfer", moved, t0, y)
+    else:
+        _band(fig, "transfer", exposed, t0, y)
     # the path: pieces in time order, joined (a hop is a vertical line at its time)
     p = path.filter(pl.col("rank").is_in(list(y))).sort("step", "start_ns")
     px: list[Any] = []
