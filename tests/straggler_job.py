@@ -2,7 +2,8 @@
 
     PYTHONPATH=. torchrun --standalone --nproc-per-node 2 tests/straggler_job.py RUN_DIR FACTOR
 
-Per step each rank does UNITS matmuls (rank 1: FACTOR x UNITS) and then an all_reduce, under
+Per step each rank does UNITS matmuls in a ``forward`` label (rank 1: FACTOR x UNITS, its extra in
+a ``backward`` label) and then an all_reduce, under
 the torch profiler. Each rank times its own matmuls; rank 0 writes them, per rank and step, to
 RUN_DIR/straggler.json ("compute_s": [[rank 0's steps], [rank 1's steps]]): the extra compute
 of rank 1 is what the analysis must charge to it.
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from tracekit import capture, runfolder
+from tracekit import capture, labels, runfolder
 
 STEPS = 5
 UNITS = 8
@@ -41,8 +42,14 @@ def main() -> None:
             dist.barrier()  # the ranks' profilers start at different times: line them up
         t0 = time.perf_counter()
         x = a
-        for _ in range(units):  # real compute: it shows in the trace as aten::mm
-            x = torch.tanh(x @ a)
+        # real compute (aten::mm in the trace): the same in "forward" on both ranks, rank 1's
+        # extra in "backward" (tracekit's phase labels), so the extra is charged to backward
+        with torch.profiler.record_function(labels.FORWARD):
+            for _ in range(min(units, UNITS)):
+                x = torch.tanh(x @ a)
+        with torch.profiler.record_function(labels.BACKWARD):
+            for _ in range(units - min(units, UNITS)):
+                x = torch.tanh(x @ a)
         t1 = time.perf_counter()
         dist.all_reduce(grad)
         grad.div_(2.0)

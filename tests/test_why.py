@@ -61,6 +61,16 @@ def test_the_straggler_is_the_top_cause_charged_its_extra_compute(slow_run: Path
     assert top.rank == 1 and top.kind == "op" and "m" in top.what, top
 
 
+def test_the_stragglers_extra_is_charged_to_the_phase_it_ran_in(slow_run: Path) -> None:
+    """The planted extra compute runs in rank 1's ``backward`` label (both ranks do the same
+    ``forward``): the waits charged to rank 1's ops lie in backward."""
+    rc = analyze(slow_run).summary.why.root_causes
+    by = {(c.rank, c.label): c.cost_s for c in rc.by_label}
+    ops = sum(v for (r, _), v in by.items() if r == 1)
+    assert by.get((1, "backward"), 0.0) > 0.8 * ops > 0, by
+    assert all(c.label in ("forward", "backward") for c in rc.top if c.kind == "op"), rc.top
+
+
 def test_the_critical_path_runs_through_the_stragglers_compute(slow_run: Path) -> None:
     path = analyze(slow_run).summary.why.critical_path
     assert path is not None and path.per_rank[0].rank == 1 and path.per_rank[0].share > 0.6

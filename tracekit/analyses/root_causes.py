@@ -23,9 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from tracekit import labels
 from tracekit.analyses import intervals as iv
 
 Sets = dict[str, tuple[iv.Ints, iv.Ints]]
+#: a cause: (rank, what, kind, phase label or None)
+Key = tuple[int, str, str, "str | None"]
 STATES = ("compute", "transfer", "waiting", "other", "idle")
 
 #: the frame ``root_causes``: cost per root-cause rank and what it did
@@ -33,6 +36,7 @@ CAUSES_SCHEMA = {
     "rank": pl.Int32,
     "what": pl.Utf8,
     "kind": pl.Utf8,
+    "label": pl.Utf8,
     "cost_ns": pl.Int64,
 }
 
@@ -45,19 +49,70 @@ class Ops:
     codes: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
+    labels: list[str | None] | None = None
+    """Per code, the tracekit phase the op ran in (None: outside any); None: not known."""
 
-    def by_name(self, a: int, b: int) -> dict[str, int]:
-        """Time per op name inside [a, b] (ops starting there, clipped to it)."""
+    def by_name(self, a: int, b: int) -> dict[tuple[str, str | None], int]:
+        """Time per (op name, phase label) inside [a, b] (ops starting there, clipped to it)."""
         i, j = np.searchsorted(self.starts, [a, b], side="left")
         if j <= i:
             return {}
         d = np.clip(np.minimum(self.ends[i:j], b) - self.starts[i:j], 0, None)
         sums = np.bincount(self.codes[i:j], weights=d, minlength=len(self.names))
-        return {self.names[k]: int(sums[k]) for k in np.flatnonzero(sums)}
+        labels = self.labels or [None] * len(self.names)
+        return {(self.names[k], labels[k]): int(sums[k]) for k in np.flatnonzero(sums)}
 
 
 #: the map's ``top_ops`` (tracekit.analyses.rank_map): each rank's top-level compute events
-TOP_OPS_SCHEMA = {"rank": pl.Int32, "name": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
+TOP_OPS_SCHEMA = {
+    "rank": pl.Int32,
+    "name": pl.Utf8,
+    "label": pl.Utf8,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+
+def _phase(name: str) -> str | None:
+    """The phase a tracekit label names: forward, backward, optimizer, zero_grad, or a pipeline
+    op (F / B / W of a stage); None for the step, communication, and names not ours."""
+    lab = labels.parse(name)
+    if lab is None:
+        return None
+    if lab.family == "phase" and lab.phase != labels.STEP:
+        return lab.phase
+    if lab.family == "pipeline":
+        return f"{lab.kind}:s{lab.stage}"
+    return None
+
+
+def _with_phase(ops: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """``label``: the innermost tracekit phase annotation of the op's thread open at its start."""
+    ann = events.filter(pl.col("kind") == "annotation").select(
+        "rank", "tid", "name", "start_ns", "end_ns"
+    )
+    phases = {n: _phase(n) for n in ann["name"].unique().to_list()}  # few distinct names
+    ann = ann.with_columns(
+        pl.col("name").replace_strict(phases, default=None, return_dtype=pl.Utf8).alias("label")
+    ).filter(pl.col("label").is_not_null())
+    if ann.height == 0:
+        return ops.with_columns(pl.lit(None, dtype=pl.Utf8).alias("label"))
+    ann = ann.select(
+        "rank", "tid", pl.col("start_ns").alias("a_start"), pl.col("end_ns").alias("a_end"), "label"
+    ).sort("a_start")
+    # the latest-starting phase before the op: nested phases start later, so it is the innermost
+    # open one unless it already ended (then the op is outside every phase of that kind)
+    joined = ops.sort("start_ns").join_asof(
+        ann,
+        left_on="start_ns",
+        right_on="a_start",
+        by=["rank", "tid"],
+        strategy="backward",
+        check_sortedness=False,  # both sorted by time above; polars cannot check with by=
+    )
+    return joined.with_columns(
+        pl.when(pl.col("a_end") >= pl.col("start_ns")).then(pl.col("label")).alias("label")
+    ).drop("a_start", "a_end")
 
 
 def top_level_ops(events: pl.DataFrame, gpu_ranks: frozenset[int] | set[int]) -> pl.DataFrame:
@@ -67,12 +122,16 @@ def top_level_ops(events: pl.DataFrame, gpu_ranks: frozenset[int] | set[int]) ->
     on_gpu = pl.col("rank").is_in(list(gpu_ranks)) | (pl.col("device") != "cpu").any().over("rank")
     e = events.filter(pl.col("kind") == "compute").filter(~on_gpu | (pl.col("device") != "cpu"))
     keys = ("rank", "device", "tid")
-    return (
+    top = (
         e.select(*keys, "name", "start_ns", "end_ns")
         .sort(*keys, "start_ns", pl.col("end_ns"), descending=[False] * 4 + [True])
         .with_columns(pl.col("end_ns").cum_max().shift(1).over(keys).alias("_reach"))
         .filter(pl.col("_reach").is_null() | (pl.col("start_ns") >= pl.col("_reach")))
-        .select("rank", pl.col("name").fill_null("?"), "start_ns", "end_ns")
+        .select("rank", "tid", pl.col("name").fill_null("?"), "start_ns", "end_ns")
+    )
+    return (
+        _with_phase(top, events)
+        .select(list(TOP_OPS_SCHEMA))
         .sort("rank", "start_ns")
         .cast(TOP_OPS_SCHEMA)  # type: ignore[arg-type]
     )
@@ -83,12 +142,16 @@ def ops_of(top_ops: pl.DataFrame) -> dict[int, Ops]:
     out = {}
     for (rank,), e in top_ops.partition_by("rank", as_dict=True, maintain_order=True).items():
         e = e.sort("start_ns")
-        cats, codes = np.unique(e["name"].to_numpy().astype(str), return_inverse=True)
+        # one code per (name, phase): the same op in forward and in backward are two causes
+        keyed = e["name"].cast(pl.Utf8) + "\x1f" + e["label"].fill_null("")
+        cats, codes = np.unique(keyed.to_numpy().astype(str), return_inverse=True)
+        pairs = [c.split("\x1f", 1) for c in cats.tolist()]
         out[int(rank)] = Ops(
-            cats.tolist(),
+            [n for n, _ in pairs],
             codes.astype(np.int64),
             e["start_ns"].to_numpy().astype(np.int64),
             e["end_ns"].to_numpy().astype(np.int64),
+            [lab or None for _, lab in pairs],
         )
     return out
 
@@ -175,7 +238,8 @@ def _per_rank(
 def root_causes(
     waits: pl.DataFrame, sets: dict[int, Sets], ops: dict[int, Ops], starts: dict[int, int]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(``root_causes``: rank, what, kind ("op" or "state"), cost_ns; the instances with
+    """(``root_causes``: rank, what, kind ("op" or "state"), label (the op's phase), cost_ns;
+    the instances with
     their direct and propagated cost: waiter, cause, call_id, wait_ns, direct_ns,
     propagated_ns)."""
     inst = instances(waits, starts)
@@ -186,23 +250,23 @@ def root_causes(
     excess = {s: np.clip(d_t[s] - w_t[s], 0, None) for s in STATES}
     rows = inst.to_dicts()
     # each rank's wait instances, by start, to find those inside a cause's interval
-    vectors: list[dict[tuple[int, str, str], float]] = []
+    vectors: list[dict[Key, float]] = []
     by_waiter: dict[int, list[int]] = defaultdict(list)
     direct_col, prop_col = [], []
     for i, row in enumerate(rows):
         w_ns, d = row["wait_ns"], row["cause"]
         ex = {s: float(excess[s][i]) for s in STATES}
         total = sum(ex.values())
-        vec: dict[tuple[int, str, str], float] = defaultdict(float)
+        vec: dict[Key, float] = defaultdict(float)
         if total <= 0:
-            vec[(d, "late start", "state")] += w_ns
+            vec[(d, "late start", "state", None)] += w_ns
             direct, prop = w_ns, 0.0
         else:
             prop = w_ns * ex["waiting"] / total
             direct = w_ns - prop
             for s in ("transfer", "other", "idle"):
                 if ex[s] > 0:
-                    vec[(d, s, "state")] += w_ns * ex[s] / total
+                    vec[(d, s, "state", None)] += w_ns * ex[s] / total
             if ex["compute"] > 0:
                 part = w_ns * ex["compute"] / total
                 _charge_ops(vec, d, part, row, ops)
@@ -212,15 +276,21 @@ def root_causes(
         by_waiter[row["waiter"]].append(i)
         direct_col.append(int(direct))
         prop_col.append(int(prop))
-    totals: dict[tuple[int, str, str], float] = defaultdict(float)
+    totals: dict[Key, float] = defaultdict(float)
     for vec in vectors:
         for k, v in vec.items():
             totals[k] += v
     causes = pl.DataFrame(
-        [(r, what, kind, int(round(v))) for (r, what, kind), v in totals.items() if v >= 0.5],
+        [
+            (r, what, kind, lab, int(round(v)))
+            for (r, what, kind, lab), v in totals.items()
+            if v >= 0.5
+        ],
         schema=CAUSES_SCHEMA,
         orient="row",
-    ).sort("cost_ns", "rank", "what", descending=[True, False, False])
+    ).sort(
+        "cost_ns", "rank", "what", "label", descending=[True, False, False, False], nulls_last=True
+    )
     inst = inst.select("waiter", "cause", "call_id", "wait_ns").with_columns(
         pl.Series("direct_ns", direct_col, pl.Int64), pl.Series("propagated_ns", prop_col, pl.Int64)
     )
@@ -235,10 +305,10 @@ def _charge_ops(vec: dict, d: int, part: float, row: dict, ops: dict[int, Ops]) 
     ex = {n: t - theirs.get(n, 0) for n, t in mine.items() if t > theirs.get(n, 0)}
     total = sum(ex.values())
     if total <= 0:
-        vec[(d, "compute", "state")] += part
+        vec[(d, "compute", "state", None)] += part
         return
-    for n, v in ex.items():
-        vec[(d, n, "op")] += part * v / total
+    for (n, label), v in ex.items():
+        vec[(d, n, "op", label)] += part * v / total
 
 
 def _propagate(
@@ -259,7 +329,7 @@ def _propagate(
     mine = [(j, o) for j, o in mine if o > 0]
     total = sum(o for _, o in mine)
     if total <= 0:
-        vec[(d, "waiting", "state")] += prop
+        vec[(d, "waiting", "state", None)] += prop
         return
     for j, o in mine:
         src = vectors[j]

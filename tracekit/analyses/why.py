@@ -18,6 +18,7 @@ from tracekit.analyses import wait_states as ws
 from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.summary.why import (
     Cause,
+    CauseLabel,
     CauseRank,
     CriticalPath,
     PathOp,
@@ -130,8 +131,16 @@ def _root_causes(causes: pl.DataFrame, inst: pl.DataFrame) -> RootCauses:
             for r, c in per.iter_rows()
         ],
         top=[
-            Cause(rank=r, what=w, kind=k, cost_s=c * NS)
-            for r, w, k, c in causes.head(10).iter_rows()
+            Cause(rank=r, what=w, kind=k, label=lab, cost_s=c * NS)
+            for r, w, k, lab, c in causes.head(10).iter_rows()
+        ],
+        by_label=[
+            CauseLabel(rank=r, label=lab, cost_s=c * NS)
+            for r, lab, c in causes.filter(pl.col("label").is_not_null())
+            .group_by("rank", "label")
+            .agg(pl.col("cost_ns").sum())
+            .sort("cost_ns", "rank", "label", descending=[True, False, False])
+            .iter_rows()
         ],
     )
 
@@ -177,7 +186,9 @@ def diagnosis(w: Why, inp: SectionInput) -> list[str]:
     if w.top_cause is not None:
         top = rcs.per_rank[0]
         what = [c for c in rcs.top if c.rank == top.rank][:2]
-        doing = ", ".join(f"{_short(c.what)} {c.cost_s:.3g} s" for c in what)
+        doing = ", ".join(
+            f"{_short(c.what)}{f' in {c.label}' if c.label else ''} {c.cost_s:.3g} s" for c in what
+        )
         lines.append(
             f"rank {top.rank} holds the others up: {top.cost_s:.3g} s of their waits "
             f"({_pct(top.share)} of {rcs.wait_s:.3g} s) are charged to it ({doing})"

@@ -306,11 +306,13 @@ def why_table(summary: Summary) -> Table | None:
     if why is None or not why.root_causes.top:
         return None
     rc = why.root_causes
-    rows = [[f"rank {c.rank}", c.what[:80], c.kind, fmt_s(c.cost_s)] for c in rc.top]
+    rows = [
+        [f"rank {c.rank}", c.what[:80], c.label or UNKNOWN, c.kind, fmt_s(c.cost_s)] for c in rc.top
+    ]
     return (
         f"root causes of {fmt_s(rc.wait_s)} of waits (direct {fmt_s(rc.direct_s)}, "
         f"propagated {fmt_s(rc.propagated_s)})",
-        ["rank", "cause", "kind", "waits charged"],
+        ["rank", "cause", "phase", "kind", "waits charged"],
         rows,
     )
 

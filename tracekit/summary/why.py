@@ -107,6 +107,14 @@ class Cause(Record):
         ),
     ]
     kind: Annotated[str, M("`op` or `state`")]
+    label: Annotated[
+        str | None,
+        M(
+            "an op's phase: the innermost tracekit label open when it ran (`forward`, "
+            "`backward`, `optimizer`, `zero_grad`, or a pipeline op `F:s<stage>` / `B:s<stage>` / "
+            "`W:s<stage>`); null for a state or an op outside every phase"
+        ),
+    ]
     cost_s: Annotated[float, M("the waits charged to it, seconds (Böhme et al. ICPP 2010)")]
 
 
@@ -119,6 +127,14 @@ class CauseRank(Record):
         M("waits charged to this rank as root cause, direct and propagated, seconds (Böhme 2010)"),
     ]
     share: Annotated[float, M("cost_s / root_causes.wait_s")]
+
+
+class CauseLabel(Record):
+    """The waits charged to one rank's ops in one phase (tracekit's labels)."""
+
+    rank: Annotated[int, M("the delaying rank")]
+    label: Annotated[str, M("the phase, as `top[].label`")]
+    cost_s: Annotated[float, M("the waits charged to its ops in that phase, seconds")]
 
 
 class RootCauses(Record):
@@ -138,6 +154,12 @@ class RootCauses(Record):
     ]
     per_rank: Annotated[list[CauseRank], M("cost per root-cause rank, most first")]
     top: Annotated[list[Cause], M("the 10 largest causes (rank, op or state), most first")]
+    by_label: Annotated[
+        list[CauseLabel],
+        M(
+            "the ops' costs summed per rank and phase label (ops outside a phase left out), most first"
+        ),
+    ]
 
 
 class PathRank(Record):
