@@ -166,3 +166,17 @@ def test_collectives_are_matched_once_and_shifts_handed_on(monkeypatch) -> None:
     assert a.summary.clock is not None and a.summary.clock.applied
     assert len(calls) == 1
     assert a.shifts == {int(r): v for r, v in a.summary.clock.offsets_ns.items() if v}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_progress_is_told_once_per_trace_up_to_every_byte(workers: int) -> None:
+    """analyze(progress=...): one call per trace file, counting up to all of them and to the
+    sum of their sizes on disk (what the CLI's progress line shows), with threads or processes."""
+    run = SAMPLES / "hsdp"
+    traces = sorted((run / "traces").glob("*.json*"))
+    told: list[tuple[int, int, int, int]] = []
+    analyze(run, workers=workers, cache=False, progress=lambda *a: told.append(a)).close()
+    total = sum(p.stat().st_size for p in traces)
+    assert [t[0] for t in told] == list(range(1, len(traces) + 1)), told
+    assert {t[1] for t in told} == {len(traces)} and {t[3] for t in told} == {total}
+    assert [t[2] for t in told] == sorted(t[2] for t in told) and told[-1][2] == total

@@ -68,7 +68,9 @@ def test_the_stragglers_extra_is_charged_to_the_phase_it_ran_in(slow_run: Path) 
     by = {(c.rank, c.label): c.cost_s for c in rc.by_label}
     ops = sum(v for (r, _), v in by.items() if r == 1)
     assert by.get((1, "backward"), 0.0) > 0.8 * ops > 0, by
-    assert all(c.label in ("forward", "backward") for c in rc.top if c.kind == "op"), rc.top
+    # the biggest charges name the phase; crumbs (a tanh charged a millisecond) may fall anywhere
+    big = [c for c in rc.top if c.kind == "op" and c.rank == 1 and c.cost_s > 0.1 * ops]
+    assert big and all(c.label in ("forward", "backward") for c in big), rc.top
 
 
 def test_the_critical_path_runs_through_the_stragglers_compute(slow_run: Path) -> None:

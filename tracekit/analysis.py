@@ -42,6 +42,7 @@ from tracekit.ingest.cache_paths import folder as cache_folder
 from tracekit.ingest.job import Job
 from tracekit.ingest.kineto_info import TraceInfo
 from tracekit.ingest.load import load
+from tracekit.ingest.rank_scan import ReadProgress
 from tracekit.ingest.read_options import ReadOptions
 from tracekit.ingest.spill import EventsRef, Spill
 from tracekit.summary import Summary, to_builtins
@@ -206,6 +207,7 @@ def analyze(
     cache: bool | None = None,
     cache_dir: Path | None = None,
     scheduler: str | None = None,
+    progress: ReadProgress | None = None,
 ) -> Analysis:
     """Analyse a run folder, a folder of Kineto traces, or one trace file.
 
@@ -225,6 +227,9 @@ def analyze(
     ``scheduler`` (default ``$TRACEKIT_SCHEDULER``): where the per-rank parse runs,
     "threads", "processes" or a Dask scheduler address (tracekit.engines); the summary then
     records it under ``engine``. None: tracekit chooses, and the summary has no ``engine``.
+
+    ``progress(files_read, files, bytes_read, bytes)``: called after each trace file is read
+    (the CLI's progress line; sizes are the files' on disk).
     """
     given = ReadOptions.of(
         ranks_per_node=ranks_per_node,
@@ -248,7 +253,10 @@ def analyze(
         engines.open_executor(scheduler, workers) if scheduler else nullcontext() as engine,
     ):
         executor = engine[0] if engine else None
-        job = load(path, options, cache_writer=cache_writer, executor=executor, spill=spill)
+        job = load(
+            path, options, cache_writer=cache_writer, executor=executor, spill=spill,
+            progress=progress,
+        )  # fmt: skip
         inp = prepare(job, options.align_clocks, _map_on(executor, workers))
         ran = None if engine is None else _typed(msgspec.to_builtins(engine[1]), Engine)
         result = assemble(inp, run_sections(inp), ran)

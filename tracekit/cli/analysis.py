@@ -129,8 +129,8 @@ def analyze_cmd(
         read_ahead.stop()
         if engines.resolve(scheduler):  # the ranks are read where the engine runs them
             read_ahead.discard()
-        with tables.err.status(f"analysing {path}"):
-            result = analyze(path, options)
+        with tables.err.status(f"analysing {path}") as status:
+            result = analyze(path, options, progress=tables.read_progress(status.update, str(path)))
             read_ahead.discard()
             try:
                 target = write_analysis(result, target)

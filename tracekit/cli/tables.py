@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable
 
 from rich.cells import cell_len
 from rich.console import Console, Group
@@ -180,3 +182,21 @@ def fit_tables(
             t.add_row(*(Text(row[i]) for i in cols))  # text, never markup
         tables.append(t)
     return Group(*tables)
+
+
+def read_progress(
+    update: Callable[[str], object], what: str, after_s: float = 1.0
+) -> Callable[[int, int, int, int], None]:
+    """A ReadProgress (tracekit.ingest.rank_scan) that puts "read i/n ranks, X of Y MB" on the
+    status line once the read has taken ``after_s``; the status line shows only on a terminal
+    (rich draws nothing when stderr is piped)."""
+    t0 = time.monotonic()
+
+    def told(done: int, files: int, nbytes: int, total: int) -> None:
+        if time.monotonic() - t0 >= after_s:
+            update(
+                f"analysing {escape(what)}: read {done}/{files} ranks, "
+                f"{nbytes / 1e6:.0f} of {total / 1e6:.0f} MB"
+            )
+
+    return told

@@ -37,7 +37,7 @@ from tracekit.ingest import foreign
 from tracekit.ingest.contention_record import ContentionCounts
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece
-from tracekit.ingest.rank_scan import RankScan, scan_traces
+from tracekit.ingest.rank_scan import RankScan, ReadProgress, scan_traces
 from tracekit.ingest.read_options import ReadOptions
 from tracekit.ingest.run_record import MemoryCounts, RunRecord
 from tracekit.ingest.selection import Selection, select
@@ -215,12 +215,15 @@ def read_selected(
     *,
     cache_writer: Executor | None = None,
     executor: Executor | None = None,
+    progress: ReadProgress | None = None,
 ) -> list[RankScan]:
     """The selected trace files, read (tracekit.ingest.rank_scan.scan_traces: one task per
     file), with the ranks not asked for dropped (files that tell their rank only inside)."""
     files, ranks = selection.files, options.ranks
     scans = (
-        scan_traces(files, spill, options, cache_writer=cache_writer, executor=executor)
+        scan_traces(
+            files, spill, options, cache_writer=cache_writer, executor=executor, progress=progress
+        )
         if files
         else []
     )
@@ -245,6 +248,7 @@ def load(
     cache_writer: Executor | None = None,
     executor: Executor | None = None,
     spill: Spill | None = None,
+    progress: ReadProgress | None = None,
 ) -> Job:
     """Read everything the analysis needs from PATH (see the module docstring), as OPTIONS say
     (tracekit.ingest.read_options: which ranks, the topology, the cache, the workers).
@@ -252,7 +256,8 @@ def load(
     ``cache_writer``: where cache entries are written while the analysis runs; ``executor``: where
     the per-file parse runs (tracekit.engines). ``spill`` (tracekit.ingest.spill): where the
     ranks' events wait; default a new one in the system's temporary folder, owned by the Job (it
-    is removed when the Job is).
+    is removed when the Job is). ``progress``: told (files read, files, bytes read, bytes)
+    after each trace file is read (tracekit.ingest.rank_scan.ReadProgress).
     """
     options = options or ReadOptions()
     if options.cache:
@@ -263,8 +268,9 @@ def load(
     selection = select(list(source.traces), options.ranks, options.sample, options.cache_dir)
     spill = spill if spill is not None else Spill()
     scans = read_selected(
-        source, selection, options, spill, cache_writer=cache_writer, executor=executor
-    )
+        source, selection, options, spill, cache_writer=cache_writer, executor=executor,
+        progress=progress,
+    )  # fmt: skip
     side = sorted({s.info.rank for s in scans} | source.named_ranks())
     return assemble(
         source,

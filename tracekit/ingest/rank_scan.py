@@ -18,7 +18,7 @@ Tasks are top-level functions of strings and numbers, so every engine sends them
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -124,6 +124,30 @@ def _never(nbytes: int) -> bool:
     return False
 
 
+#: told after each file is read: (files read, files, bytes read, bytes) -- the bytes on disk
+ReadProgress = Callable[[int, int, int, int], None]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # the read says what is wrong with it
+        return 0
+
+
+def _told(
+    scans: Iterable[RankScan], sizes: list[int], progress: ReadProgress | None
+) -> list[RankScan]:
+    """The scans as they arrive, each one told to ``progress``."""
+    out, done = [], 0
+    for i, scan in enumerate(scans):
+        out.append(scan)
+        done += sizes[i]
+        if progress is not None:
+            progress(i + 1, len(sizes), done, sum(sizes))
+    return out
+
+
 def scan_traces(
     paths: Sequence[Path],
     spill: Spill,
@@ -131,6 +155,7 @@ def scan_traces(
     *,
     cache_writer: Executor | None = None,
     executor: Executor | None = None,
+    progress: ReadProgress | None = None,
 ) -> list[RankScan]:
     """Every file read (one task each), one per rank (foreign.select_traces), sorted by rank.
 
@@ -149,25 +174,29 @@ def scan_traces(
         p for p in paths if not (use_cache and any(e.is_file() for e in candidates(p, cache_dir)))
     ]
     n = min(workers if workers is not None else _default_workers(unparsed), len(paths))
+    sizes = [_size(p) for p in paths]
     if executor is not None:
-        scans = _remote(executor, paths, spill, cache_dir, use_cache, store)
+        scans = _told(_remote(executor, paths, spill, cache_dir, use_cache, store), sizes, progress)
     elif n > 1 and _spawn_can_start():
         from tracekit.engines import open_executor
 
         with open_executor("processes", n) as (pool, _):
-            scans = _remote(pool, paths, spill, cache_dir, use_cache, store)
+            remote = _remote(pool, paths, spill, cache_dir, use_cache, store)
+            scans = _told(remote, sizes, progress)
     else:
         pin_mmap_threshold()
         threads = max(1, min(len(paths), _idle_cpus()))
         with stopping.ThreadPool(threads, "tracekit-parse") as pool:
-            scans = list(
+            scans = _told(
                 pool.map(
                     lambda p: _scan(
                         p, lambda: spill.folder, spill.hold, cache_dir, use_cache, store,
                         cache_writer,
                     ),
                     paths,
-                )
+                ),
+                sizes,
+                progress,
             )  # fmt: skip
     _check_ranks([s.info for s in scans])
     chosen = foreign.select_traces([(s.info, s) for s in scans], [s.facts for s in scans])
@@ -182,12 +211,12 @@ def _remote(
     cache_dir: Path | None,
     use_cache: bool,
     store: bool,
-) -> list[RankScan]:
+) -> Iterator[RankScan]:
     # absolute, made here in the driver: a Dask worker runs in a working directory of its own,
     # where `runs/x/traces/rank0.json.gz` names nothing (issue #25)
     n = len(paths)
     folder = os.path.abspath(spill.folder)
-    return list(
+    return iter(
         executor.map(
             scan_file,
             [os.path.abspath(p) for p in paths],
