@@ -239,3 +239,28 @@ def test_every_section_of_a_synthetic_run(tmp_path):
         e["pid"] for e in both["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"
     )
     assert procs == [0, 1, 2, 3, 100000, 100001, 100002, 100003]
+
+
+def test_the_rank_table_splits_communication_into_transfer_and_waiting(tmp_path):
+    """pp-1f1b (its stages wait for activations): the table's states add up to each rank's span,
+    transfer is overlap + exposed transfer, and the waiting column is the summary's wait state,
+    not a part of communication (#28: waiting on a peer moves no bytes)."""
+    from conftest import SAMPLES
+
+    from tracekit.report.tables import compare_table, rank_table
+
+    summary = analyze(SAMPLES / "pp-1f1b", cache=False).summary
+    _, head, rows = rank_table(summary)
+    col = {h: i for i, h in enumerate(head)}
+    waits = {w.rank: w.waiting_s for w in summary.why.wait_states.per_rank}
+    assert sum(waits.values()) > 0.1  # the stages wait: a real split to check
+    for row in rows:
+        v = {h: float(row[i]) for h, i in col.items() if h not in ("idle %",)}
+        states = ("compute s", "exposed transfer s", "waiting on peers s", "other s", "idle s")
+        assert sum(v[s] for s in states) == pytest.approx(v["span s"], rel=1e-3, abs=1e-5)
+        assert v["transfer s"] == pytest.approx(
+            v["overlap s"] + v["exposed transfer s"], rel=1e-3, abs=1e-5
+        )
+        assert v["waiting on peers s"] == pytest.approx(waits[int(row[0])], rel=1e-3)
+    _, head, rows = compare_table([("pp", summary)])
+    assert rows[0][head.index("waiting on peers %")] not in ("–", "0%")

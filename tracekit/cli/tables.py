@@ -38,27 +38,27 @@ def _share(v: float, span: float) -> str:
 
 
 def rank_table(summary: Summary, width: int | None = None) -> Group:
-    """The per-rank breakdown (seconds, and percent of span), stacked to fit ``width``."""
+    """The per-rank breakdown (seconds, and percent of span), stacked to fit ``width``: compute,
+    transfer, waiting on peers, other, idle (report.tables.rank_table says why)."""
     win = summary.window
-    head = ["rank", "node", "span s", "step s", "compute", "comm", "overlap", "exposed"]
-    head += ["of which waiting", "other", "idle"]
-    # waiting on peers (summary.json why.wait_states): exposed comm that moved no bytes
-    waits = {w.rank: w.waiting_s for w in (summary.why.wait_states.per_rank if summary.why else [])}
+    head = ["rank", "node", "span s", "step s", "compute", "transfer", "overlap"]
+    head += ["exposed transfer", "waiting on peers", "other", "idle"]
+    waits = {w.rank: w for w in (summary.why.wait_states.per_rank if summary.why else [])}
     rows = []
     for r in summary.ranks:
         span = r.span_s or 0.0
         step = r.step_time_s
+        w = waits.get(r.rank)
+        transfer = r.comm_s if w is None else w.comm_transfer_s
+        exposed = r.exposed_comm_s if w is None else w.transfer_s
         rows.append(
             [
                 str(r.rank),
                 str(r.node),
                 f"{span:.4f}",
                 "–" if step is None else f"{step:.4f}",
-                *(
-                    _share(v or 0.0, span)
-                    for v in (r.compute_s, r.comm_s, r.overlap_s, r.exposed_comm_s)
-                ),
-                "–" if r.rank not in waits else _share(waits[r.rank], span),
+                *(_share(v or 0.0, span) for v in (r.compute_s, transfer, r.overlap_s, exposed)),
+                "–" if w is None else _share(w.waiting_s, span),
                 _share(r.other_s or 0.0, span),
                 _share(r.idle_s or 0.0, span),
             ]

@@ -49,6 +49,7 @@ def compare_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
         ranks = s.ranks
         mem = s.memory.per_rank if s.memory else []
         co, tr = s.collectives, s.traffic
+        waits = _waits(s)
         out.append(
             {
                 "run": name,
@@ -60,6 +61,10 @@ def compare_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
                 "compute_total_s": _mean(r.compute_s for r in ranks),
                 "overlap_s": _mean(r.overlap_s for r in ranks),
                 "exposed_comm_s": _mean(r.exposed_comm_s for r in ranks),
+                # exposed comm split into bytes moving and waiting on peers (why.wait_states);
+                # null unless every rank's wait states are known
+                "exposed_transfer_s": None if waits is None else _mean(w.transfer_s for w in waits),
+                "waiting_s": None if waits is None else _mean(w.waiting_s for w in waits),
                 "other_s": _mean(r.other_s for r in ranks),
                 "idle_s": _mean(r.idle_s for r in ranks),
                 "params_bytes": _largest(m.params_bytes for m in mem),
@@ -87,6 +92,15 @@ def compare_rows(runs: Sequence[Run]) -> list[dict[str, Any]]:
         )
     _versus_fastest(out)
     return out
+
+
+def _waits(s: Summary) -> list[Any] | None:
+    """Every rank's wait-state row (summary.json why.wait_states.per_rank), or None unless all
+    of the ranks have one."""
+    per = {w.rank: w for w in (s.why.wait_states.per_rank if s.why else [])}
+    if not s.ranks or any(r.rank not in per for r in s.ranks):
+        return None
+    return [per[r.rank] for r in s.ranks]
 
 
 def _versus_fastest(rows: list[dict[str, Any]]) -> None:
@@ -130,10 +144,13 @@ def compare_breakdown(runs: Sequence[Run]) -> go.Figure | None:
         return None
     x = [plain(r["run"]) for r in rows]
     fig = go.Figure()
+    # exposed comm as transfer + waiting on peers when every run's wait states are known
+    split = all(r["waiting_s"] is not None for r in rows)
+    exposed = (("transfer", "exposed_transfer_s"), ("waiting", "waiting_s"))
     for state, key in (
         ("compute", "compute_s"),
         ("overlap", "overlap_s"),
-        ("comm", "exposed_comm_s"),
+        *(exposed if split else (("comm", "exposed_comm_s"),)),
         ("other", "other_s"),
         ("idle", "idle_s"),
     ):

@@ -38,10 +38,10 @@ def _extreme(
     return f"{html.escape(str(r['run']))} ({fmt(r[key])})"
 
 
-def _exposed_share(r: dict[str, Any]) -> float | None:
-    span, ex = r.get("span_s"), r.get("exposed_comm_s")
-    if isinstance(span, int | float) and isinstance(ex, int | float) and span > 0:
-        return ex / span
+def _share(r: dict[str, Any], key: str) -> float | None:
+    span, part = r.get("span_s"), r.get(key)
+    if isinstance(span, int | float) and isinstance(part, int | float) and span > 0:
+        return part / span
     return None
 
 
@@ -49,7 +49,8 @@ def findings(runs: Sequence[Run]) -> list[str]:
     """The lines of "what the runs show" (HTML-escaped), one per finding that has numbers."""
     rows = compare_rows(runs)
     for r in rows:
-        r["exposed_share"] = _exposed_share(r)
+        r["exposed_share"] = _share(r, "exposed_comm_s")
+        r["waiting_share"] = _share(r, "waiting_s")
     out = []
     step = _known(rows, "step_time_s")
     if len(step) > 1:
@@ -66,6 +67,9 @@ def findings(runs: Sequence[Run]) -> list[str]:
     line = _extreme(rows, "exposed_share", lambda v: f"{v:.1%} of the window")
     if line:
         out.append(f"most exposed communication (not hidden behind compute): {line}")
+    line = _extreme(rows, "waiting_share", lambda v: f"{v:.1%} of the window")
+    if line:
+        out.append(f"most time waiting on peers (moving no bytes): {line}")
     line = _extreme(rows, "peak_bytes", lambda v: html.escape(fmt_bytes(v)))
     if line:
         small = _extreme(rows, "peak_bytes", lambda v: html.escape(fmt_bytes(v)), min)

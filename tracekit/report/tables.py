@@ -56,41 +56,33 @@ def _pct(part: Any, whole: Any) -> str:
 
 
 def rank_table(summary: Summary) -> Table:
+    """Each rank's window as compute, transfer, waiting on peers, other and idle (#28: waiting
+    for a peer moves no bytes, so it is its own state; summary.json why.wait_states). Without a
+    why section (no cross-rank calls matched) transfer is the whole communication time and
+    waiting is unknown ("–")."""
     head = [
         "rank",
         "node",
         "span s",
         "step s",
         "compute s",
-        "comm s",
+        "transfer s",
         "overlap s",
-        "exposed comm s",
-        "of which waiting s",
+        "exposed transfer s",
+        "waiting on peers s",
         "other s",
         "idle s",
         "idle %",
     ]
-    # waiting on peers (summary.json why.wait_states): exposed comm that moved no bytes
-    waits = {w.rank: w.waiting_s for w in (summary.why.wait_states.per_rank if summary.why else [])}
-    rows = [
-        _cells(
-            (
-                r.rank,
-                r.node,
-                r.span_s,
-                r.step_time_s,
-                r.compute_s,
-                r.comm_s,
-                r.overlap_s,
-                r.exposed_comm_s,
-                waits.get(r.rank),
-                r.other_s,
-                r.idle_s,
-            )
-        )
-        + [_pct(r.idle_s, r.span_s)]
-        for r in summary.ranks
-    ]
+    waits = {w.rank: w for w in (summary.why.wait_states.per_rank if summary.why else [])}
+    rows = []
+    for r in summary.ranks:
+        w = waits.get(r.rank)
+        transfer = r.comm_s if w is None else w.comm_transfer_s
+        exposed = r.exposed_comm_s if w is None else w.transfer_s
+        cells = (r.rank, r.node, r.span_s, r.step_time_s, r.compute_s, transfer, r.overlap_s)
+        rest = (exposed, None if w is None else w.waiting_s, r.other_s, r.idle_s)
+        rows.append(_cells(cells + rest) + [_pct(r.idle_s, r.span_s)])
     return "per-rank breakdown", head, rows
 
 
@@ -264,7 +256,8 @@ def compare_table(runs: Sequence[Run]) -> Table:
         "step spread",
         "waited for a CPU",
         "compute %",
-        "exposed comm %",
+        "exposed transfer %",
+        "waiting on peers %",
         "idle %",
         "model states",
         "payload bytes (Σ ranks)",
@@ -282,7 +275,14 @@ def compare_table(runs: Sequence[Run]) -> Table:
             r["vs_fastest"] or UNKNOWN,
             fmt_frac(r["step_spread"]),
             fmt_frac(r["cpu_wait_share_max"]),
-            *(_pct(r[k], r["span_s"]) for k in ("compute_total_s", "exposed_comm_s", "idle_s")),
+            _pct(r["compute_total_s"], r["span_s"]),
+            # without wait states, the whole exposed comm (waiting unknown: "–")
+            _pct(
+                r["exposed_transfer_s"] if r["waiting_s"] is not None else r["exposed_comm_s"],
+                r["span_s"],
+            ),
+            _pct(r["waiting_s"], r["span_s"]) if r["waiting_s"] is not None else UNKNOWN,
+            _pct(r["idle_s"], r["span_s"]),
             *(fmt_bytes(r[k]) for k in _COMPARE_BYTES),
             fmt_frac(r["bubble_fraction"]),
             fmt_frac(r["allgather_hidden_fraction"]),
