@@ -120,15 +120,18 @@ def curve_for(analysis: Any) -> go.Figure | None:
     fig = predict_curve([(Path(analysis.path).name, pred), *others])
     if fig is None:  # not reached: pred has a sweep
         return None
-    for w in pred.get("warnings") or []:  # e.g. one node: a flat curve says nothing
+    # e.g. one node: a flat curve says nothing. Inside the plot, low, on a white box: above
+    # the plot it ran into the title
+    for k, w in enumerate(pred.get("warnings") or []):
         fig.add_annotation(
             x=0.5,
-            y=1.0,
+            y=0.04 + 0.14 * k,
             xref="paper",
             yref="paper",
             text=w.replace("; ", ";<br>"),
             showarrow=False,
             yanchor="bottom",
+            bgcolor="rgba(255,255,255,0.9)",
             font=dict(color="#b00"),
         )
     for c in pred.get("crossovers") or []:

@@ -11,15 +11,11 @@ import polars as pl
 
 from tracekit.analyses import intervals as iv
 from tracekit.figures.read import frame
-from tracekit.figures.style import layout
+from tracekit.figures.style import STATE_COLORS, layout
 
-# the states of the breakdown with waiting as its own state (tracekit.analyses.wait_states)
-_COLORS = {
-    "compute": "#4c78a8",
-    "transfer": "#f58518",
-    "waiting": "#e45756",
-    "other": "#b279a2",
-}
+# the states of the breakdown with waiting as its own state (tracekit.analyses.wait_states),
+# in the colours the breakdown bars give them, so a state looks the same on every figure
+_COLORS = {s: STATE_COLORS[s] for s in ("compute", "transfer", "waiting", "other")}
 MAX_SEGMENTS = 20_000  # per state: beyond, the timeline would not draw in a browser
 
 
