@@ -121,6 +121,7 @@ def check_out(out: Path, source: Path | None = None) -> None:
             raise _refuse(out, "is the input: an analysis replaces its whole folder")
         if src.is_relative_to(where):
             raise _refuse(out, f"holds the input ({source}): an analysis replaces its whole folder")
+        outputs.refuse_input_overlap(out, outputs.inputs_of(source), "--out")
     if Path.cwd().resolve().is_relative_to(where):
         raise _refuse(out, "is the current folder or holds it: an analysis replaces its folder")
     if out.exists() and not out.is_dir():
@@ -179,3 +180,80 @@ def write_analysis(result: Written, out: Path) -> Path:
             raise _write_failed(out, exc) from None
         raise
     return out
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make FOLDER and its missing parents; the ones made, outermost first (removed again,
+    when still empty, if the write fails: nothing half-written is left)."""
+    missing = []
+    here = folder
+    while not here.exists() and here.parent != here:
+        missing.append(here)
+        here = here.parent
+    made = []
+    for path in reversed(missing):
+        path.mkdir()
+        made.append(path)
+    return made
+
+
+def _listed_files(folder: Path) -> list[str]:
+    """What the marker of analysis folder FOLDER lists; for one from before the marker, its
+    files as the marker would list them (``cache/<entry>`` for its old cache)."""
+    try:
+        return list(json.loads((folder / MARKER).read_text())["files"])
+    except FileNotFoundError:
+        return sorted(
+            f"{p.parent.name}/{p.name}" if p.parent != folder else p.name
+            for p in folder.rglob("*")
+            if p.is_file()
+        )
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = outputs.temp_name(path)
+    try:
+        with open(tmp, "x") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def add_file(folder: Path, name: str, text: str, option: str = "--out") -> Path:
+    """Write NAME (TEXT) into FOLDER atomically. When FOLDER is an analysis folder, or new or
+    empty, NAME is listed in its marker first (written atomically too), so that the next
+    analysis still recognises the folder as one it may replace (`tracekit predict` writes
+    prediction.json this way); another folder only gets the file. On a failed write nothing
+    is left: the temporary file and the folders made are removed, and the error is one line."""
+    folder = Path(folder)
+    target = folder / name
+    made: list[Path] = []
+    try:
+        made = _make_folders(folder)
+        ours = made or not any(os.scandir(folder)) or is_analysis(folder)
+        if ours:
+            files = [f for f in _listed_files(folder) if f != name] + [name]
+            _write_atomic(
+                folder / MARKER, json.dumps({"producer": "tracekit", "files": files}) + "\n"
+            )
+        _write_atomic(target, text)
+    except BaseException as exc:
+        if made:  # the marker is ours (made in this process); the folders too, when empty
+            (folder / MARKER).unlink(missing_ok=True)
+        for path in reversed(made):
+            try:
+                path.rmdir()
+            except OSError:
+                break
+        if outputs.is_write_failure(exc):
+            raise TracekitError(
+                f"cannot write here ({outputs.reason(exc)}); choose another place with {option}",
+                target,
+            ) from None
+        raise
+    return target
