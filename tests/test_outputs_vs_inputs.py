@@ -208,3 +208,43 @@ def test_run_and_demo_out_naming_a_file(sandbox: Path, command: str, out: str):
     proc = run_cli(*command.split(), "--out", out, cwd=sandbox, timeout=120)
     one_line_error(proc, "not a folder: run folders go into a folder")
     assert (sandbox / "afile").read_text() == "mine\n"
+
+
+# --- a folder from before the marker (issue #24 item 1) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "files,replaced",
+    [
+        (["summary.json", "mydata.parquet"], False),  # the issue's case: the user's table
+        (["summary.json", "ranks.parquet", "notes.txt"], False),
+        (["summary.json", "ranks.parquet", "events/rank0.parquet", "events/mine.csv"], False),
+        (
+            ["summary.json", "ranks.parquet", "events.parquet", "cache/rank0-ab.events.parquet"],
+            True,
+        ),
+        (["summary.json", "collectives.parquet", "timeline/rank1.parquet"], True),
+    ],
+)
+def test_a_folder_from_before_the_marker(sandbox: Path, files: list[str], replaced: bool):
+    legacy = sandbox / "legacy"
+    for name in files:
+        (legacy / name).parent.mkdir(parents=True, exist_ok=True)
+        (legacy / name).write_text(f"{name}\n")
+    before = hashes(legacy)
+    env = {"TRACEKIT_CACHE_DIR": str(sandbox / "ucache")}
+    proc = run_cli("analyze", "RUN", "--out", "legacy", cwd=sandbox, timeout=300, env=env)
+    if replaced:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert (legacy / ".tracekit-analysis").is_file()
+    else:
+        one_line_error(proc, "is not an analysis folder")
+        assert hashes(legacy) == before
+
+
+def test_the_analysis_files_list_names_every_table_an_analysis_writes():
+    from tracekit.analyses import manifest
+    from tracekit.analysis_folder import ANALYSIS_TABLES
+
+    written = {name for section in manifest.SECTIONS for name in (section.frames or {})}
+    assert written and written <= ANALYSIS_TABLES, written - ANALYSIS_TABLES

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -76,10 +77,61 @@ def _all_listed(folder: Path, names: set[str], listed: set[str]) -> bool:
     return True
 
 
+#: every file an analysis writes, in one place beside its writer (:func:`write_analysis`):
+#: summary.json, one ``<table>.parquet`` per frame of tracekit.analyses.manifest (and the
+#: ``events``/``timeline`` tables of before the per-rank folders), ``events/`` and
+#: ``timeline/`` of ``rank<R>.parquet``, predict's prediction.json, and an old ``cache/`` of
+#: ``*.events.parquet``. A folder from before the marker is an analysis only when it holds these
+#: alone (tests/test_outputs_vs_inputs.py checks the tables against the manifest).
+ANALYSIS_FILES = frozenset({"summary.json", "prediction.json"})
+ANALYSIS_TABLES = frozenset(
+    {
+        "bubbles",
+        "collective_matches",
+        "collectives",
+        "critical_path",
+        "events",
+        "overlap_units",
+        "pipeline_ops",
+        "pipeline_replay",
+        "rank_states",
+        "ranks",
+        "root_causes",
+        "steps",
+        "timeline",
+        "traffic_links",
+        "wait_matrix",
+        "wait_states",
+    }
+)
+RANK_TABLES = frozenset({"events", "timeline"})
+_RANK_FILE = re.compile(r"rank\d{1,10}\.parquet")
+
+
+def _written_by_an_analysis(entry: os.DirEntry[str]) -> bool:
+    """ENTRY (of a folder without the marker) is one an analysis writes (ANALYSIS_FILES...)."""
+    name = entry.name
+    if entry.is_symlink():
+        return False
+    if entry.is_file():
+        table = name.removesuffix(".parquet")
+        return name in ANALYSIS_FILES or (name != table and table in ANALYSIS_TABLES)
+    if not entry.is_dir() or name not in RANK_TABLES | {"cache"}:
+        return False
+    try:
+        inner = list(os.scandir(entry.path))
+    except OSError:
+        return False
+    pattern = _RANK_FILE if name in RANK_TABLES else re.compile(r"[^/]+\.events\.parquet")
+    return all(
+        e.is_file() and not e.is_symlink() and pattern.fullmatch(e.name) is not None for e in inner
+    )
+
+
 def is_analysis(folder: Path) -> bool:
     """FOLDER holds an analysis and nothing else: every entry is listed in its marker; or (an
-    analysis written before the marker existed) summary.json and *.parquet files only, with
-    perhaps the old ``cache/`` of *.events.parquet entries."""
+    analysis written before the marker existed) summary.json and files an analysis writes
+    only (ANALYSIS_FILES): the user's own mydata.parquet beside them makes it not one."""
     folder = Path(folder)
     try:
         names = set(os.listdir(folder))
@@ -93,18 +145,10 @@ def is_analysis(folder: Path) -> bool:
         return _all_listed(folder, names - {MARKER}, listed) and (folder / MARKER).is_file()
     if "summary.json" not in names:
         return False
-    for name in names:
-        entry = folder / name
-        if entry.is_symlink():
-            return False
-        if name == "summary.json" or (name.endswith(".parquet") and entry.is_file()):
-            continue
-        if name == "cache" and entry.is_dir():
-            inner = os.listdir(entry)
-            if all(n.endswith(".events.parquet") or n.endswith(".tmp") for n in inner):
-                continue
+    try:
+        return all(_written_by_an_analysis(e) for e in os.scandir(folder))
+    except OSError:
         return False
-    return True
 
 
 def check_out(out: Path, source: Path | None = None) -> None:
