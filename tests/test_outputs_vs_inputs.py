@@ -248,3 +248,29 @@ def test_the_analysis_files_list_names_every_table_an_analysis_writes():
 
     written = {name for section in manifest.SECTIONS for name in (section.frames or {})}
     assert written and written <= ANALYSIS_TABLES, written - ANALYSIS_TABLES
+
+
+# --- temporary files: in a private folder of ours (issue #24 item 1) -------------------------
+
+
+def test_the_scratch_folder_leaves_other_programs_temporary_files_alone(sandbox: Path):
+    """A job over the memory budget spills per-rank results into a folder it makes (with its
+    owner marker) in TMPDIR; other programs' files there, named like ours, stay byte-identical,
+    and the scratch folder is gone after."""
+    tmp = sandbox / "faketmp"
+    (tmp / ".session.old-77777").mkdir(parents=True)
+    (tmp / ".session.old-77777" / "state").write_text("session\n")
+    (tmp / ".build.tmp-55555-xyz").mkdir()
+    (tmp / ".build.tmp-55555-xyz" / "obj.o").write_bytes(b"\x7fELF")
+    (tmp / ".queue.88888-job.tmp").write_text("job\n")
+    (tmp / ".tracekit-spill.tmp-99999-deadbeef").mkdir()  # ours by name, not by marker
+    before = hashes(tmp)
+    env = {
+        "TMPDIR": str(tmp),
+        "TRACEKIT_MEMORY_BUDGET": "1",
+        "TRACEKIT_CACHE_DIR": str(sandbox / "ucache"),
+    }
+    proc = run_cli("analyze", "RUN", "--out", "an", cwd=sandbox, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert hashes(tmp) == before
