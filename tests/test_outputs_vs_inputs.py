@@ -203,11 +203,20 @@ def test_predict_on_a_full_disk_leaves_nothing(sandbox: Path):
 
 @pytest.mark.parametrize("command", ["run dp", "demo", "run dp --nproc 2"])
 @pytest.mark.parametrize("out", ["afile", "afile/sub"])
-def test_run_and_demo_out_naming_a_file(sandbox: Path, command: str, out: str):
+def test_run_and_demo_out_naming_a_file(sandbox: Path, command: str, out: str, capsys, monkeypatch):
+    """In this process (tracekit.cli.main, the console script's own entry): it is refused
+    before any job starts, so the fast tier may run it."""
+    from tracekit.cli import main
+
     (sandbox / "afile").write_text("mine\n")
-    proc = run_cli(*command.split(), "--out", out, cwd=sandbox, timeout=120)
+    monkeypatch.chdir(sandbox)
+    with pytest.raises(SystemExit) as done:
+        main([*command.split(), "--out", out])
+    err = capsys.readouterr().err
+    proc = subprocess.CompletedProcess([], done.value.code, "", err)
     one_line_error(proc, "not a folder: run folders go into a folder")
     assert (sandbox / "afile").read_text() == "mine\n"
+    assert sorted(p.name for p in sandbox.iterdir()) == ["RUN", "afile", "other"]
 
 
 # --- a folder from before the marker (issue #24 item 1) --------------------------------------

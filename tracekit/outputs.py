@@ -58,12 +58,22 @@ def kind_of(path: Path) -> str | None:
 
 
 def check_file_target(path: Path, option: str) -> None:
-    """Refuse an output path that exists and is not a regular file (TracekitError)."""
+    """Refuse an output path that exists and is not a regular file, or is a read-only one (no
+    write bit: its owner meant to keep it; root could replace it) (TracekitError)."""
     what = kind_of(path)
     if what is not None:
         raise TracekitError(
             f"is {what}, not a regular file: tracekit never replaces it; choose another place "
             f"with {option}",
+            path,
+        )
+    try:
+        read_only = not os.lstat(path).st_mode & 0o222
+    except OSError:
+        return
+    if read_only:
+        raise TracekitError(
+            f"is a read-only file: tracekit never replaces it; choose another place with {option}",
             path,
         )
 

@@ -337,8 +337,7 @@ def write_prediction(pred: dict[str, Any], target: Path, source: Path | None = N
     target = Path(target)
     if source is not None:
         outputs.refuse_input_overlap(target, outputs.inputs_of(source), "--out")
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        raise TracekitError("exists and is not a regular file; choose another --out", target)
+    outputs.check_file_target(target, "--out")
     try:
         text = json.dumps(_unknown_as_null(pred), indent=2, default=_json_default, allow_nan=False)
     except ValueError:

@@ -97,8 +97,7 @@ def run_predict(
     inputs = [i for q in paths for i in outputs.inputs_of(q)]
     for target in targets:  # before any analysis
         outputs.refuse_input_overlap(target, inputs, "--out")
-        if target.is_symlink() or (target.exists() and not target.is_file()):
-            raise TracekitError("exists and is not a regular file; choose another --out", target)
+        outputs.check_file_target(target, "--out")
     models = [P.build(analyze(p)) for p in paths]
     preds = [
         (Path(p).name, P.prediction(m, bw, intra_bits, latency_us)) for p, m in zip(paths, models)
