@@ -250,12 +250,13 @@ def inputs_of(path: Path, analysis: bool = False, traces_folder: bool = True) ->
             if not traces_folder:
                 found += runfolder.find_trace_files(path)
         elif path.is_dir():
-            found = [path / name for name in _SIDE_FOLDERS] + runfolder.find_trace_files(path)
+            found = [path / name for name in _SIDE_FOLDERS]  # a folder of traces is no input:
+            found += runfolder.find_trace_files(path)  # the traces it holds are
         found += runfolder.flight_recorder_dumps(path)
+        if analysis:
+            found.append(default_out_dir(path))
     except (TracekitError, OSError):
-        pass  # unreadable: the command says so; what could be named is named
-    if analysis:
-        found.append(default_out_dir(path))
+        pass  # unreadable or gone: the command says so; what could be named is named
     return found
 
 
