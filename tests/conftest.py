@@ -134,6 +134,7 @@ SLOW_FIXTURES = {  # "module::fixture" -> what it starts
 }
 SLOW_TESTS = {  # "module::test" -> what it starts
     "test_no_harm::test_ctrl_c_stops_run": "tracekit run dp, stopped by Ctrl-C",
+    "test_harm_oracle::test_harm_oracle_long": "60 drawn tracekit commands in decoy sandboxes",
 }
 SLOW_PARAMS = {  # "module::parameter" -> {value: what it starts}
     "test_flight_recorder::records": {"live": "a 2-rank torchrun job (live_dir)"},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -76,10 +77,61 @@ def _all_listed(folder: Path, names: set[str], listed: set[str]) -> bool:
     return True
 
 
+#: every file an analysis writes, in one place beside its writer (:func:`write_analysis`):
+#: summary.json, one ``<table>.parquet`` per frame of tracekit.analyses.manifest (and the
+#: ``events``/``timeline`` tables of before the per-rank folders), ``events/`` and
+#: ``timeline/`` of ``rank<R>.parquet``, predict's prediction.json, and an old ``cache/`` of
+#: ``*.events.parquet``. A folder from before the marker is an analysis only when it holds these
+#: alone (tests/test_outputs_vs_inputs.py checks the tables against the manifest).
+ANALYSIS_FILES = frozenset({"summary.json", "prediction.json"})
+ANALYSIS_TABLES = frozenset(
+    {
+        "bubbles",
+        "collective_matches",
+        "collectives",
+        "critical_path",
+        "events",
+        "overlap_units",
+        "pipeline_ops",
+        "pipeline_replay",
+        "rank_states",
+        "ranks",
+        "root_causes",
+        "steps",
+        "timeline",
+        "traffic_links",
+        "wait_matrix",
+        "wait_states",
+    }
+)
+RANK_TABLES = frozenset({"events", "timeline"})
+_RANK_FILE = re.compile(r"rank\d{1,10}\.parquet")
+
+
+def _written_by_an_analysis(entry: os.DirEntry[str]) -> bool:
+    """ENTRY (of a folder without the marker) is one an analysis writes (ANALYSIS_FILES...)."""
+    name = entry.name
+    if entry.is_symlink():
+        return False
+    if entry.is_file():
+        table = name.removesuffix(".parquet")
+        return name in ANALYSIS_FILES or (name != table and table in ANALYSIS_TABLES)
+    if not entry.is_dir() or name not in RANK_TABLES | {"cache"}:
+        return False
+    try:
+        inner = list(os.scandir(entry.path))
+    except OSError:
+        return False
+    pattern = _RANK_FILE if name in RANK_TABLES else re.compile(r"[^/]+\.events\.parquet")
+    return all(
+        e.is_file() and not e.is_symlink() and pattern.fullmatch(e.name) is not None for e in inner
+    )
+
+
 def is_analysis(folder: Path) -> bool:
     """FOLDER holds an analysis and nothing else: every entry is listed in its marker; or (an
-    analysis written before the marker existed) summary.json and *.parquet files only, with
-    perhaps the old ``cache/`` of *.events.parquet entries."""
+    analysis written before the marker existed) summary.json and files an analysis writes
+    only (ANALYSIS_FILES): the user's own mydata.parquet beside them makes it not one."""
     folder = Path(folder)
     try:
         names = set(os.listdir(folder))
@@ -93,18 +145,10 @@ def is_analysis(folder: Path) -> bool:
         return _all_listed(folder, names - {MARKER}, listed) and (folder / MARKER).is_file()
     if "summary.json" not in names:
         return False
-    for name in names:
-        entry = folder / name
-        if entry.is_symlink():
-            return False
-        if name == "summary.json" or (name.endswith(".parquet") and entry.is_file()):
-            continue
-        if name == "cache" and entry.is_dir():
-            inner = os.listdir(entry)
-            if all(n.endswith(".events.parquet") or n.endswith(".tmp") for n in inner):
-                continue
+    try:
+        return all(_written_by_an_analysis(e) for e in os.scandir(folder))
+    except OSError:
         return False
-    return True
 
 
 def check_out(out: Path, source: Path | None = None) -> None:
@@ -121,6 +165,7 @@ def check_out(out: Path, source: Path | None = None) -> None:
             raise _refuse(out, "is the input: an analysis replaces its whole folder")
         if src.is_relative_to(where):
             raise _refuse(out, f"holds the input ({source}): an analysis replaces its whole folder")
+        outputs.refuse_input_overlap(out, outputs.inputs_of(source), "--out")
     if Path.cwd().resolve().is_relative_to(where):
         raise _refuse(out, "is the current folder or holds it: an analysis replaces its folder")
     if out.exists() and not out.is_dir():
@@ -179,3 +224,80 @@ def write_analysis(result: Written, out: Path) -> Path:
             raise _write_failed(out, exc) from None
         raise
     return out
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make FOLDER and its missing parents; the ones made, outermost first (removed again,
+    when still empty, if the write fails: nothing half-written is left)."""
+    missing = []
+    here = folder
+    while not here.exists() and here.parent != here:
+        missing.append(here)
+        here = here.parent
+    made = []
+    for path in reversed(missing):
+        path.mkdir()
+        made.append(path)
+    return made
+
+
+def _listed_files(folder: Path) -> list[str]:
+    """What the marker of analysis folder FOLDER lists; for one from before the marker, its
+    files as the marker would list them (``cache/<entry>`` for its old cache)."""
+    try:
+        return list(json.loads((folder / MARKER).read_text())["files"])
+    except FileNotFoundError:
+        return sorted(
+            f"{p.parent.name}/{p.name}" if p.parent != folder else p.name
+            for p in folder.rglob("*")
+            if p.is_file()
+        )
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = outputs.temp_name(path)
+    try:
+        with open(tmp, "x") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def add_file(folder: Path, name: str, text: str, option: str = "--out") -> Path:
+    """Write NAME (TEXT) into FOLDER atomically. When FOLDER is an analysis folder, or new or
+    empty, NAME is listed in its marker first (written atomically too), so that the next
+    analysis still recognises the folder as one it may replace (`tracekit predict` writes
+    prediction.json this way); another folder only gets the file. On a failed write nothing
+    is left: the temporary file and the folders made are removed, and the error is one line."""
+    folder = Path(folder)
+    target = folder / name
+    made: list[Path] = []
+    try:
+        made = _make_folders(folder)
+        ours = made or not any(os.scandir(folder)) or is_analysis(folder)
+        if ours:
+            files = [f for f in _listed_files(folder) if f != name] + [name]
+            _write_atomic(
+                folder / MARKER, json.dumps({"producer": "tracekit", "files": files}) + "\n"
+            )
+        _write_atomic(target, text)
+    except BaseException as exc:
+        if made:  # the marker is ours (made in this process); the folders too, when empty
+            (folder / MARKER).unlink(missing_ok=True)
+        for path in reversed(made):
+            try:
+                path.rmdir()
+            except OSError:
+                break
+        if outputs.is_write_failure(exc):
+            raise TracekitError(
+                f"cannot write here ({outputs.reason(exc)}); choose another place with {option}",
+                target,
+            ) from None
+        raise
+    return target

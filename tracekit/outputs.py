@@ -58,12 +58,22 @@ def kind_of(path: Path) -> str | None:
 
 
 def check_file_target(path: Path, option: str) -> None:
-    """Refuse an output path that exists and is not a regular file (TracekitError)."""
+    """Refuse an output path that exists and is not a regular file, or is a read-only one (no
+    write bit: its owner meant to keep it; root could replace it) (TracekitError)."""
     what = kind_of(path)
     if what is not None:
         raise TracekitError(
             f"is {what}, not a regular file: tracekit never replaces it; choose another place "
             f"with {option}",
+            path,
+        )
+    try:
+        read_only = not os.lstat(path).st_mode & 0o222
+    except OSError:
+        return
+    if read_only:
+        raise TracekitError(
+            f"is a read-only file: tracekit never replaces it; choose another place with {option}",
             path,
         )
 
@@ -213,3 +223,91 @@ def writable(path: Path) -> bool:
     except OSError:
         return False
     return os.access(existing, os.W_OK) and bool(mode & 0o222)
+
+
+#: what a command reads of a run folder (docs/run-folder.md): an output is never any of these,
+#: nor inside one (tracekit.ingest.load is their only reader)
+RUN_INPUTS = ("run.json", "traces", "memory", "nccl", "train", "logs", "contention")
+#: the same side folders of a foreign folder of traces (runfolder.find_trace_files skips them)
+_SIDE_FOLDERS = ("memory", "nccl", "train", "logs", "contention")
+
+
+def inputs_of(path: Path, analysis: bool = False, traces_folder: bool = True) -> list[Path]:
+    """What a command that reads PATH reads: a run folder's run.json, traces/, memory/, nccl/,
+    train/, logs/, contention/; a foreign folder's trace files and side folders; a trace file
+    and the flight-recorder dumps beside it. ``analysis``: the command also reads the analysis
+    folder (report, compare: its prediction.json). ``traces_folder=False``: a run folder's
+    trace files one by one instead of its traces/ (a cache folder may be traces/: entries
+    beside the traces are the cache's own place, tracekit.ingest.cache)."""
+    from tracekit import runfolder
+    from tracekit.analysis_folder import default_out_dir
+
+    path = Path(path)
+    found: list[Path] = [path]
+    try:
+        if path.is_dir() and runfolder.is_run_folder(path):
+            found = [path / name for name in RUN_INPUTS if traces_folder or name != "traces"]
+            if not traces_folder:
+                found += runfolder.find_trace_files(path)
+        elif path.is_dir():
+            found = [path / name for name in _SIDE_FOLDERS]  # a folder of traces is no input:
+            found += runfolder.find_trace_files(path)  # the traces it holds are
+        found += runfolder.flight_recorder_dumps(path)
+        if analysis:
+            found.append(default_out_dir(path))
+    except (TracekitError, OSError):
+        pass  # unreadable or gone: the command says so; what could be named is named
+    return found
+
+
+def _real(path: Path) -> Path:
+    """PATH with every link resolved, also when PATH (or a parent of it) does not exist yet."""
+    return Path(os.path.realpath(path))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def refuse_input_overlap(
+    out: Path, inputs: list[Path], option: str, sources: list[Path] | None = None
+) -> None:
+    """Refuse (TracekitError, one line) an output OUT that is, or is inside, one of INPUTS
+    (:func:`inputs_of`), compared after resolving links (also of a parent that exists when OUT
+    does not) and as the same file (a hard link). SOURCES, the folders the command read: OUT
+    must not be inside one where the next read of it would take OUT for a trace (a file named
+    ``*.json``/``*.json.gz`` in a foreign folder of traces)."""
+    where = _real(out)
+    for given in inputs:
+        real = _real(given)
+        inside = where != real and where.is_relative_to(real)
+        if where == real or inside or _same_file(out, given):
+            what = "inside an input" if inside else "an input"
+            raise TracekitError(
+                f"is {what} of this command ({given}): tracekit never writes over what it "
+                f"reads; choose another place with {option}",
+                out,
+            )
+    from tracekit import runfolder
+
+    for source in sources or []:
+        real = _real(source)
+        if not real.is_dir() or not where.is_relative_to(real) or where == real:
+            continue
+        rel = where.relative_to(real).parts
+        if (
+            runfolder.is_run_folder(real)
+            or not where.name.endswith(runfolder.TRACE_SUFFIXES)
+            or any(p.startswith(".") or p in _SIDE_FOLDERS or p == "analysis" for p in rel)
+            or any(p.endswith(".analysis") for p in rel[:-1])
+            or where.name in ("run.json", "summary.json")
+        ):
+            continue
+        raise TracekitError(
+            f"is inside {source}, a folder of traces this command reads: the next analysis of "
+            f"it would take this file for a trace; choose another place with {option}",
+            out,
+        )

@@ -11,9 +11,7 @@ Rates are tc's (``400mbit``, ``1gbit``, ``10gbit``, ``mbps`` = 10^6 bytes/s) or 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,13 +40,34 @@ _UNITS = {
 }
 
 
+#: the rates (bits/s) and latencies (us) a prediction computes with: 1 bit/s to 1 Pbit/s, and
+#: up to 1000 s per message step; beyond them times overflow to infinity or vanish
+RATE_RANGE = (1.0, 1e15)
+LATENCY_MAX_US = 1e9
+
+
 def parse_rate(text: str, option: str = "--inter-node-bandwidth") -> float:
-    """tc's rate syntax, or plain bits/s -> bits per second (> 0)."""
+    """tc's rate syntax, or plain bits/s -> bits per second (in :data:`RATE_RANGE`)."""
     m = _RATE.match(str(text).strip().lower())
     value = float(m[1]) * _UNITS[m[2]] if m else 0.0
     if not m or value <= 0 or value != value or value == float("inf"):
         raise TracekitError(
             f"{option} {text!r} is not a rate such as 400mbit, 1gbit or 1e9 (bits/s)"
+        )
+    if not RATE_RANGE[0] <= value <= RATE_RANGE[1]:
+        raise TracekitError(f"{option} {text!r} is out of range: give 1 bit/s to 1000 tbit (1e15)")
+    return value
+
+
+def check_latency(latency_us: Any, option: str = "--latency") -> float:
+    """A latency in microseconds, finite and 0 .. :data:`LATENCY_MAX_US` (TracekitError)."""
+    try:
+        value = float(latency_us)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 <= value <= LATENCY_MAX_US:  # also NaN and infinity
+        raise TracekitError(
+            f"{option} {latency_us!r} must be a number of microseconds from 0 to 1e9 (1000 s)"
         )
     return value
 
@@ -296,26 +315,38 @@ def default_output(path: Path) -> Path:
     return default_out_dir(Path(path)) / "prediction.json"
 
 
-def write_prediction(pred: dict[str, Any], target: Path) -> Path:
-    """Write atomically (temporary file beside it, then rename); refuse non-regular targets."""
+def _unknown_as_null(x: Any) -> Any:
+    """NaN (a number not known) as null, everywhere in X."""
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: _unknown_as_null(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_unknown_as_null(v) for v in x]
+    return x
+
+
+def write_prediction(pred: dict[str, Any], target: Path, source: Path | None = None) -> Path:
+    """Write atomically into TARGET's folder, listed in the analysis folder's marker when it is
+    one (analysis_folder.add_file); refuse a non-regular TARGET, one on or inside an input of
+    SOURCE (the run predicted), and a prediction holding an infinite number (strict JSON only:
+    unknown is null)."""
+    from tracekit import outputs
+    from tracekit.analysis_folder import add_file
+
     target = Path(target)
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        raise TracekitError("exists and is not a regular file; choose another --out", target)
+    if source is not None:
+        outputs.refuse_input_overlap(target, outputs.inputs_of(source), "--out")
+    outputs.check_file_target(target, "--out")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    except OSError as exc:
+        text = json.dumps(_unknown_as_null(pred), indent=2, default=_json_default, allow_nan=False)
+    except ValueError:
         raise TracekitError(
-            f"cannot write here ({exc.strerror}); choose another --out", target
+            "the prediction holds an infinite number (the options are out of range); "
+            "nothing written",
+            target,
         ) from None
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(pred, indent=2, default=_json_default) + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return add_file(target.parent, target.name, text + "\n")
 
 
 def _json_default(x: Any) -> Any:
@@ -347,11 +378,10 @@ def predict_of(
             if isinstance(intra_node_bandwidth, (int, float))
             else parse_rate(intra_node_bandwidth, "--intra-node-bandwidth")
         )
-    if latency_us is None or latency_us < 0 or latency_us != latency_us:
-        raise TracekitError(f"--latency {latency_us!r} must be a number of microseconds >= 0")
+    latency = check_latency(latency_us)
     m = build(analysis)
-    pred = prediction(m, inter, intra, float(latency_us))
+    pred = prediction(m, inter, intra, latency)
     if write:
         target = Path(out) / "prediction.json" if out is not None else default_output(m.path)
-        write_prediction(pred, target)
+        write_prediction(pred, target, source=m.path)
     return pred

@@ -252,10 +252,38 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+def check_runs_parent(parent: Path, option: str = "--out") -> None:
+    """Refuse (one line) a parent of run folders that is, or lies under, something other than
+    a folder (an existing file: `tracekit run --out notes.txt`); checked before any rank starts."""
+    here = Path(parent)
+    while True:
+        try:
+            st = here.stat()
+        except (FileNotFoundError, NotADirectoryError):  # not there yet, or under a file
+            if here.parent == here:
+                return
+            here = here.parent
+            continue
+        except OSError as exc:
+            raise TracekitError(f"cannot look at it ({exc.strerror or exc})", here) from None
+        if not stat.S_ISDIR(st.st_mode):
+            what = "is" if here == Path(parent) else f"lies under {here}, which is"
+            raise TracekitError(
+                f"{what} not a folder: run folders go into a folder; choose another place "
+                f"with {option}",
+                parent,
+            )
+        return
+
+
 def new_run_dir(parent: Path, strategy: str, stamp: str) -> Path:
     """Create ``parent/<strategy>-<stamp>`` (suffix -2, -3 if taken) and return it."""
     parent = Path(parent)
-    parent.mkdir(parents=True, exist_ok=True)
+    check_runs_parent(parent)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TracekitError(f"cannot make the folder ({exc.strerror or exc})", parent) from None
     base = f"{strategy}-{stamp}"
     for i in range(1, 10_000):
         candidate = parent / (base if i == 1 else f"{base}-{i}")

@@ -5,6 +5,7 @@ commands: `tracekit analyze` starts reading its traces first (:func:`_read_ahead
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,24 @@ def _read_ahead(path: Path, options: ReadOptions) -> None:
             f for f in files if not any(e.exists() for e in cache_paths.candidates(f, cache_dir))
         ]
     kineto_files.prefetch(files)
+
+
+def _check_cache_dir(cache_dir: Path | None, path: Path, out: Path) -> None:
+    """Refuse a cache folder that is or is inside an input (a trace, run.json, memory/, ...)
+    or the analysis folder (replaced whole by the next analysis). A run folder's traces/ is
+    allowed: entries beside the traces are the cache's own place (tracekit.ingest.cache)."""
+    from tracekit import outputs
+    from tracekit.ingest import cache_paths
+
+    where = cache_paths.folder(cache_dir)
+    option = "--cache-dir" if cache_dir is not None else "--cache-dir (or TRACEKIT_CACHE_DIR)"
+    outputs.refuse_input_overlap(where, outputs.inputs_of(path, traces_folder=False), option)
+    if Path(os.path.realpath(where)).is_relative_to(os.path.realpath(out)):
+        raise TracekitError(
+            f"is inside the analysis folder {out}, which the next analysis replaces whole; "
+            f"choose another place with {option}",
+            where,
+        )
 
 
 @click.command("analyze")
@@ -117,6 +136,8 @@ def analyze_cmd(
         scheduler=scheduler,
     )
     check_out(target, path)  # before the work: an --out that must not be replaced is refused
+    if cache:
+        _check_cache_dir(cache_dir, path, target)
     _read_ahead(path, options)
     from rich.markup import escape
 
@@ -164,10 +185,12 @@ def _write_report(paths: tuple[Path, ...], out: Path | None, fmt: str | None) ->
     from tracekit.analysis import analyze
     from tracekit.cli import tables
     from tracekit.report import default_output, format_of, write_report
+    from tracekit.report.write import refuse_inputs
     from tracekit.runname import display_names
 
     fmt = fmt or (format_of(out) if out else "html")
     target = out or default_output(fmt)
+    refuse_inputs(target, paths)  # before the work: a report never lands on an input
     t0 = time.perf_counter()
     with tables.err.status(f"{fmt} report of {len(paths)} path(s)") as status:
         analyses = []
@@ -227,6 +250,10 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
 
     if len(paths) < 2:
         raise click.UsageError("compare needs at least two paths")
+    if out is not None:
+        from tracekit.report.write import refuse_inputs
+
+        refuse_inputs(out, paths)  # before the work: a report never lands on an input
     names = display_names(list(paths))
     results = []
     with tables.err.status("comparing") as status:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -9,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tracekit import outputs
 from tracekit import prediction as P
 from tracekit.analysis import analyze
 from tracekit.errors import TracekitError
@@ -57,10 +60,22 @@ def sweep_table(preds: list[tuple[str, dict[str, Any]]]) -> Table:
     return t
 
 
-def _target(out: Path | None, path: Path, several: bool) -> Path:
+def _targets(out: Path | None, paths: list[Path]) -> list[Path]:
+    """Where each run's prediction goes: its analysis folder, or in OUT ``prediction.json``
+    (one run), ``<run>.prediction.json`` (several), ``<run>-<hash>.prediction.json`` for runs
+    whose folders share a name (the hash of its resolved path: two runs never overwrite each
+    other's prediction)."""
     if out is None:
-        return P.default_output(path)
-    return Path(out) / (f"{Path(path).name}.prediction.json" if several else "prediction.json")
+        return [P.default_output(p) for p in paths]
+    if len(paths) == 1:
+        return [Path(out) / "prediction.json"]
+    names = [Path(p).resolve().name for p in paths]
+    found = []
+    for p, name in zip(paths, names):
+        if names.count(name) > 1:
+            name += "-" + hashlib.sha256(str(Path(p).resolve()).encode()).hexdigest()[:8]
+        found.append(Path(out) / f"{name}.prediction.json")
+    return found
 
 
 def run_predict(
@@ -74,19 +89,21 @@ def run_predict(
     """Parse the options (bad ones fail before any analysis), predict, print, write."""
     bw = P.parse_bandwidth(inter)
     intra_bits = None if intra is None else P.parse_rate(intra, "--intra-node-bandwidth")
-    if latency_us < 0 or latency_us != latency_us:
-        raise TracekitError(f"--latency {latency_us!r} must be a number of microseconds >= 0")
+    latency_us = P.check_latency(latency_us)
     several = len(paths) > 1
-    for p in paths:
-        target = _target(out, p, several)
-        if target.is_symlink() or (target.exists() and not target.is_file()):
-            raise TracekitError("exists and is not a regular file; choose another --out", target)
+    targets = _targets(out, paths)
+    if len(set(map(os.path.realpath, targets))) < len(targets):  # the same run given twice
+        raise TracekitError("the same run is given twice; give each run once", paths[0])
+    inputs = [i for q in paths for i in outputs.inputs_of(q)]
+    for target in targets:  # before any analysis
+        outputs.refuse_input_overlap(target, inputs, "--out")
+        outputs.check_file_target(target, "--out")
     models = [P.build(analyze(p)) for p in paths]
     preds = [
         (Path(p).name, P.prediction(m, bw, intra_bits, latency_us)) for p, m in zip(paths, models)
     ]
     cross = P.compare(models, bw[0], bw[1], intra_bits, latency_us) if several and bw[1] else []
-    for (name, pred), p in zip(preds, paths):
+    for (name, pred), p, target in zip(preds, paths, targets):
         if cross:
             pred["crossovers"] = [c for c in cross if str(p) in (c["a"], c["b"])]
             # the other runs' curves, so that this run's figure draws them beside its own
@@ -111,10 +128,10 @@ def run_predict(
             sw = pred["sweep"]
             knee = P.fmt_rate(sw["knee_bits_per_s"]) if sw["knee_bits_per_s"] else sw["knee_note"]
             console.print(f"{name}: knee (>10 % slower than free below) {knee}", highlight=False)
-        P.write_prediction(pred, _target(out, p, several))
+        P.write_prediction(pred, target, source=p)
     if bw[1] is not None:
         console.print(sweep_table(preds))
     for c in cross:
         xs = ", ".join(P.fmt_rate(x) for x in c["crossover_bits_per_s"]) or "none in the sweep"
         console.print(f"crossover {Path(c['a']).name} / {Path(c['b']).name}: {xs}", highlight=False)
-    print(f"wrote {', '.join(str(_target(out, p, several)) for p in paths)}", file=sys.stderr)
+    print(f"wrote {', '.join(map(str, targets))}", file=sys.stderr)

@@ -70,9 +70,10 @@ def run_cmd(strategy: str, **opts: object) -> None:
     """Run STRATEGY under the profiler; the last line of stdout is the run folder."""
     need_torch("tracekit run")
     from tracekit.capture.launch import run_job
-    from tracekit.runfolder import load_run_json
+    from tracekit.runfolder import check_runs_parent, load_run_json
 
     given = {k: v for k, v in opts.items() if v is not None and v is not False}
+    check_runs_parent(Path(str(given.get("out", "runs"))))  # before any rank starts
     quiet = _WithoutProfilerNoise(sys.stderr)
     try:
         run_dir = run_job(options.RunOptions(strategy, **given), log=quiet)  # type: ignore[arg-type]
@@ -191,9 +192,10 @@ def demo_cmd(out: Path, only: str | None) -> None:
     from tracekit.analysis_folder import default_out_dir, write_analysis
     from tracekit.capture.launch import run_job
     from tracekit.report import write_report
-    from tracekit.runfolder import load_run_json
+    from tracekit.runfolder import check_runs_parent, load_run_json
     from tracekit.runname import display_name, display_names
 
+    check_runs_parent(out)  # before any run starts
     runs = _without_wire([(s, o) for s, o in registry.demo_runs() if s in _wanted(only)])
     need_torch("tracekit demo")
     console = tables.out()

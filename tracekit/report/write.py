@@ -47,6 +47,13 @@ def _cannot_write(out: Path, why: str | None) -> TracekitError:
     return TracekitError(f"cannot write the report here ({why}); choose another place with -o", out)
 
 
+def refuse_inputs(out: Path, paths: Sequence[Path]) -> None:
+    """Refuse a report OUT that is or is inside what the report reads of PATHS (a trace,
+    run.json, traces/, memory/, ..., the analysis folder: its prediction.json)."""
+    inputs = [i for p in paths for i in outputs.inputs_of(p, analysis=True)]
+    outputs.refuse_input_overlap(out, inputs, "-o", sources=list(paths))
+
+
 def _atomic_target(out: Path, suffix: str = "") -> Path:
     """A new empty temporary file beside OUT (tracekit.outputs: our pid in its name); OUT must be
     a regular file or nothing (a FIFO, symlink, device or folder is refused)."""
@@ -101,6 +108,7 @@ def write_report(
         raise TracekitError("nothing to report: give at least one run folder or trace")
     names = list(names) if names else display_names([Path(a.path) for a in analyses])
     out = Path(out)
+    refuse_inputs(out, [Path(a.path) for a in analyses])
     tmp = _atomic_target(out)
     try:
         if progress:
