@@ -10,9 +10,11 @@ from __future__ import annotations
 import statistics
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from tracekit.analyses import critical_path as cp
+from tracekit.analyses import intervals as iv
 from tracekit.analyses import root_causes as rc
 from tracekit.analyses import wait_states as ws
 from tracekit.analyses.section import SectionInput, SectionResult
@@ -51,7 +53,7 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
     starts = dict(
         zip(inp.windows["rank"].to_list(), inp.windows["start_ns"].to_list(), strict=True)
     )
-    causes, inst = rc.root_causes(waits, sets, ops, starts)
+    causes, inst = rc.root_causes(exposed_waits(waits, sets), sets, ops, starts)
     steps = cp.steps_of(inp.markers, inp.windows)
     path = cp.walk(steps, waits)
     value = Why(
@@ -75,6 +77,29 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
         "critical_path": path,
     }
     return SectionResult(value, frames, warnings)
+
+
+def exposed_waits(waits: pl.DataFrame, sets: dict[int, rc.Sets]) -> pl.DataFrame:
+    """The waits with ``wait_ns`` cut to the time the waiter was blocked, each instant once.
+
+    A rank with several asynchronous calls in flight (DP's gradient buckets, FSDP's prefetched
+    gathers) waits on all of them at once: summed, its waits exceed its span. Here each wait
+    keeps only the part of [start, start + wait] that is in the rank's ``waiting`` state
+    (exposed communication inside a wait interval) and not already claimed by a wait that
+    started earlier, so a rank's waits sum to its ``waiting_s`` and the root causes charge
+    each second of waiting once (docs/metrics.md "Why")."""
+    if waits.height == 0:
+        return waits
+    parts = []
+    for (rank,), w in waits.partition_by("rank", as_dict=True, maintain_order=True).items():
+        w = w.sort("start_ns", "call_id")
+        s = w["start_ns"].to_numpy().astype(np.int64)
+        e = s + w["wait_ns"].to_numpy().astype(np.int64)
+        reach = np.maximum.accumulate(e)  # the end of the waits begun so far
+        lo = np.maximum(s, np.concatenate([[np.iinfo(np.int64).min], reach[:-1]]))
+        blocked = sets[int(rank)]["waiting"] if int(rank) in sets else (e[:0], e[:0])
+        parts.append(w.with_columns(pl.Series("wait_ns", iv.inside(*blocked, lo, e), pl.Int64)))
+    return pl.concat(parts).sort("start_ns", "call_id", "rank")
 
 
 def _wait_states(waits: pl.DataFrame, states: pl.DataFrame, mat: pl.DataFrame) -> WaitStates:

@@ -141,7 +141,14 @@ class RootCauses(Record):
     """Böhme et al.'s delay analysis: each wait charged to the work that delayed its cause
     (frame `root_causes.parquet`)."""
 
-    wait_s: Annotated[float, M("waits on another rank analysed, seconds")]
+    wait_s: Annotated[
+        float,
+        M(
+            "waits on another rank analysed, seconds: each wait cut to the time its rank was "
+            "blocked (its `waiting` state), each instant once where concurrent calls' waits "
+            "overlap (DP buckets, prefetched gathers), so a rank's share is its `waiting_s`"
+        ),
+    ]
     direct_s: Annotated[
         float, M("the part charged to the last arriver's own excess work, seconds (Böhme 2010)")
     ]
