@@ -340,7 +340,9 @@ def programs(
             last_end[rt] = max(last_end.get(rt, e), e)
         for wt, rt, e, cid in waits:
             own = e if calls[cid].end_offset_ns else matched_end.get(cid, e)
-            lag = rt - own if e == last_end[rt] else 0
+            # a call done before it was needed (W = R after its end) did not hold the rank: no
+            # lag, or a later end (slower network, a faster peer) would block it for the slack
+            lag = rt - own if e == last_end[rt] and not (wt == rt and e < wt) else 0
             items.append(Item("wait", wt, cid, lag_ns=lag))
         steps = markers.filter(pl.col("rank") == rank).sort("start_ns")
         for i, m in enumerate(steps.iter_rows(named=True)):
