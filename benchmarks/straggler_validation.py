@@ -78,11 +78,16 @@ def check(clean: Path, slowed: Path) -> dict[str, Any]:
         a.close()
     c = analyze(clean)
     try:
-        clean_step = P.straggler_block(P.build(c), False, [])["measured_step_time_s"]
+        cm = P.build(c)
+        clean_step = P.straggler_block(cm, False, [])["measured_step_time_s"]
     finally:
         c.close()
     wo = block["without_straggler"] or {}
     predicted = wo.get("step_time_s")
+    # the peers' own work per step in both runs: what another job on the machine did to them
+    peer = [r for r in (m.work_s or {}) if r != planted["rank"]]
+    peer_clean = max(((cm.work_s or {}).get(r, 0.0) for r in peer), default=None)
+    peer_slowed = max(((m.work_s or {}).get(r, 0.0) for r in peer), default=None)
     return {
         "strategy": run["strategy"],
         "rank": planted["rank"],
@@ -99,6 +104,8 @@ def check(clean: Path, slowed: Path) -> dict[str, Any]:
         "without_s": predicted,
         "without_error": _rel(predicted, clean_step),
         "speed": wo.get("speed"),
+        "peer_work_clean_s": peer_clean,
+        "peer_work_straggler_s": peer_slowed,
     }
 
 
@@ -121,9 +128,10 @@ def _f(x: float | None, pct: bool = False) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| strategy | top cause | injected s | charged s (err) | path: rank, share, state "
-        "| clean step s | straggler step s | without s (err) | met |"
+        "| clean step s | straggler step s | without s (err) | peer work/step clean, straggler run "
+        "| met |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         v = verdicts(r)
         lines.append(
@@ -132,6 +140,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| rank {r['path_rank']}, {_f(r['path_share'])}, {r['path_state']} "
             f"| {_f(r['clean_step_s'])} | {_f(r['straggler_step_s'])} "
             f"| {_f(r['without_s'])} ({_f(r['without_error'], True)}) "
+            f"| {_f(r['peer_work_clean_s'])}, {_f(r['peer_work_straggler_s'])} "
             f"| {', '.join(k for k, ok in v.items() if ok) or 'none'}"
             f"{'' if all(v.values()) else ' / NOT ' + ', '.join(k for k, ok in v.items() if not ok)} |"
         )
