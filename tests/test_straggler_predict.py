@@ -105,3 +105,28 @@ def test_cli_writes_the_straggler_block(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
     assert "rank 7 is not one of the run's ranks" in bad.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_a_call_done_before_its_wait_holds_from_the_wait_not_from_its_end() -> None:
+    """Rank 0 needs the call at 30 ms, long after it ended (11 ms), and was held 5 ms there
+    (``hold_ns``): the replay keeps those 5 ms from the wait on, and a later end inside the
+    slack (rank 1 slower) costs nothing; a lag counted from the call's end would have."""
+    calls = {"c": Call("c", "all_reduce", [0, 1], 0, 1 * MS, end_offset_ns={0: MS, 1: MS})}
+
+    def prog(rank: int, post: int, wait: int, hold: int, end: int) -> Program:
+        items = [
+            Item("mark", 0, key=(0, "start")),
+            Item("post", post, "c", span_start_ns=post, span_end_ns=post + MS, thread="g"),
+            Item("wait", wait, "c", hold_ns=hold),
+            Item("mark", end, key=(0, "end")),
+        ]
+        return Program(rank, 0, end, items, [(wait, wait + hold)] if hold else [])
+
+    progs = {
+        0: prog(0, 10 * MS, 30 * MS, 5 * MS, 45 * MS),
+        1: prog(1, 10 * MS, 11 * MS, 0, 45 * MS),
+    }
+    assert sr.what_if(progs, calls, {}, None)["step_time_s"] == pytest.approx(0.045)
+    # rank 1 twice as slow: it posts at 20 ms, the call ends at 21, still before rank 0's wait
+    slow = sr.replay_at(progs, calls, {1: 0.5}, None)
+    assert slow.step_time_s[0] == pytest.approx(0.045)
