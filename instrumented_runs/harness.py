@@ -53,6 +53,7 @@ from instrumented_runs.data import global_batch, rank_slice
 from instrumented_runs.meters import ActivationPeak, StepMeter
 from instrumented_runs.model import GPTConfig
 from tracekit import capture, runfolder
+from tracekit.capture.straggler import Straggler, install_straggler
 from tracekit.strategies import options, registry
 
 # capture.model_states' arguments: params, grads, optimizer, extra_optimizer
@@ -70,6 +71,9 @@ def parse_args(strategy: registry.Strategy, argv: list[str] | None) -> argparse.
         parser.error(why)
     args.backend = options.backend_of(args)
     why = strategy.layout_problem(int(os.environ.get("WORLD_SIZE", "1")), args.nodes)
+    if why:
+        parser.error(why)
+    why = options.straggler_problem(args.straggler, int(os.environ.get("WORLD_SIZE", "1")))
     if why:
         parser.error(why)
     if args.fail_rank is None and os.environ.get("TRACEKIT_FAIL_RANK"):
@@ -101,6 +105,7 @@ class Context:
     step: int = -1  # the step running now (train)
     step_meters: list[StepMeter] = field(default_factory=list)  # meter_steps
     finishers: list[Callable[[], None]] = field(default_factory=list)
+    straggler: Straggler | None = None  # this rank is the planted straggler
 
     @property
     def total_steps(self) -> int:
@@ -203,6 +208,7 @@ def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict
             "params": ctx.model_config.n_params(),
             "strategy_options": ctx.strategy_options,
             "memory_step": ctx.memory_step,
+            "straggler": a.straggler,
         },
         "world_size": ctx.world_size,
         "backend": a.backend,
@@ -279,6 +285,10 @@ def start(name: str, argv: list[str] | None = None) -> Context:
             runfolder.run_json_path(run), _run_json(ctx, ctx.topology, "running")
         )
         _log(f"[{name}] {world_size} ranks, {args.backend} on {args.device}, run folder {run}")
+    if args.straggler is not None:
+        slow_rank, factor = options.parse_straggler(args.straggler)
+        if slow_rank == rank:
+            ctx.straggler = install_straggler(rank, factor, device)
     contention.attach(ctx)  # contention/rank<R>.json: waiting for a CPU, per step (#27)
     return ctx
 
@@ -298,6 +308,8 @@ def _one_step(
         while True:  # a hang: only a signal ends it
             time.sleep(3600)
     ctx.step = k
+    if ctx.straggler is not None:
+        ctx.straggler.step = k
     t0 = time.perf_counter()
     with ExitStack() as metered:
         for meter in ctx.step_meters:
@@ -339,6 +351,25 @@ def train(ctx: Context, step_fn: Callable[[int], float | None]) -> list[float | 
     return losses
 
 
+def _straggler_record(ctx: Context) -> dict[str, Any] | None:
+    """run.json ``straggler`` (docs/run-folder.md): the straggler rank's injected seconds per
+    step, sent to rank 0 (a collective: every rank calls it); None without ``--straggler``."""
+    if ctx.args.straggler is None:
+        return None
+    slow_rank, factor = options.parse_straggler(ctx.args.straggler)
+    box: list[Any] = [ctx.straggler.injected if ctx.straggler is not None else None]
+    dist.broadcast_object_list(box, src=slow_rank, group=ctx.meta_group)
+    injected: dict[int, float] = box[0] or {}
+    w = ctx.args.warmup
+    return {
+        "rank": slow_rank,
+        "factor": factor,
+        # one entry per profiled step (the trace's steps), then the warm-up steps' apart
+        "injected_s": [injected.get(k, 0.0) for k in range(w, ctx.total_steps)],
+        "warmup_injected_s": [injected.get(k, 0.0) for k in range(w)],
+    }
+
+
 def finish(
     ctx: Context,
     losses: list[float | None],
@@ -369,10 +400,13 @@ def finish(
     if params is not None and os.environ.get("TRACEKIT_SAVE_PARAMS") == "1":
         capture.save_params(ctx.run, ctx.rank, params)
     capture.dump_flight_recorder(ctx.run, ctx.rank)
+    planted = _straggler_record(ctx)
     dist.barrier(group=ctx.meta_group)  # every rank's files are written before "ok"
     if ctx.rank == 0:
         data = runfolder.load_run_json(ctx.run) or _run_json(ctx, ctx.topology, "running")
         data["config"]["strategy_options"] = ctx.strategy_options
+        if planted is not None:
+            data["straggler"] = planted
         data["status"] = "ok"
         runfolder.write_json_atomic(runfolder.run_json_path(ctx.run), data)
         _log(f"[{ctx.strategy}] done: {ctx.run}")

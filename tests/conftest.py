@@ -120,6 +120,7 @@ SLOW_MODULES = {
     "test_tp": "tracekit run tp / tp-dp jobs",
     "test_zero": "tracekit run zero1-3 jobs",
     "test_why": "2-rank gloo jobs with a planted straggler",
+    "test_straggler_validation": "tracekit run dp, fsdp, pp-1f1b with and without --straggler",
     "test_contention_runs": "a 2-rank dp job beside busy loops",
 }
 SLOW_FIXTURES = {  # "module::fixture" -> what it starts

@@ -109,6 +109,8 @@ class Model:
     calibration: dict[str, float | None]
     # ranks of a run whose calls never cross nodes (one node): the inter-node sweep is flat
     one_node_ranks: int | None = None
+    why: Any = None  # summary.json why (the straggler what-if's top cause and its numbers)
+    work_s: dict[int, float] | None = None  # per rank: work per profiled step (straggler_replay)
 
     def replay(self, net: model.Network) -> model.Replay:
         return model.replay(self.programs, self.calls, net, self.run_inter_bits)
@@ -171,7 +173,84 @@ def build(analysis: Any) -> Model:
         stages=s.pipeline.stages if s.pipeline and ops is not None and ops.height else 0,
         calibration=_calibration(calls),
         one_node_ranks=None if any(c.nic for c in calls.values()) else len(s.ranks),
+        why=getattr(s, "why", None),
+        work_s=_work_per_step(s),
     )
+
+
+def _work_per_step(s: Any) -> dict[int, float] | None:
+    """Per rank, compute + other + idle per profiled step (why.wait_states: the same numbers
+    the why section's what-if uses)."""
+    why = getattr(s, "why", None)
+    if why is None:
+        return None
+    steps = {r.rank: max(1, r.window_steps or s.window.steps or 1) for r in s.ranks}
+    return {
+        w.rank: (w.compute_s + w.other_s + w.idle_s) / steps.get(w.rank, 1)
+        for w in why.wait_states.per_rank
+    }
+
+
+def parse_rank_speed(text: str) -> tuple[int, float, float | None]:
+    """``RANK:SPEED`` -> (rank, speed, None); ``RANK:LO:HI`` -> (rank, lo, hi), a curve."""
+    parts = str(text).split(":")
+    try:
+        rank, speeds = int(parts[0]), [float(x) for x in parts[1:]]
+    except ValueError:
+        speeds, rank = [], -1
+    bad = f"--rank-speed {text!r} must be RANK:SPEED or RANK:LO:HI, SPEED > 0 (e.g. 1:1.5)"
+    if rank < 0 or len(speeds) not in (1, 2) or not all(0 < v < float("inf") for v in speeds):
+        raise TracekitError(bad)
+    if len(speeds) == 2 and speeds[1] <= speeds[0]:
+        raise TracekitError(f"--rank-speed {text!r}: a curve RANK:LO:HI needs LO < HI")
+    return rank, speeds[0], speeds[1] if len(speeds) == 2 else None
+
+
+def straggler_block(
+    m: Model, without_straggler: bool, rank_speeds: Sequence[tuple[int, float, float | None]]
+) -> dict[str, Any]:
+    """prediction.json ``straggler`` (docs/predict.md "Straggler what-if"): the step with one
+    rank's work faster, at measured transfers (tracekit.analyses.straggler_replay)."""
+    from tracekit.analyses import straggler_replay as sr
+
+    for r, _, _ in rank_speeds:
+        if r not in m.programs:
+            raise TracekitError(f"--rank-speed: rank {r} is not one of the run's ranks", m.path)
+    if sum(hi is not None for _, _, hi in rank_speeds) > 1:
+        raise TracekitError("--rank-speed: at most one curve RANK:LO:HI")
+    own = model.replay(m.programs, m.calls, model.Network(measured=True), m.run_inter_bits)
+    out: dict[str, Any] = {
+        "measured_step_time_s": sr.measured_slowest(m.programs),
+        "measured_step_times_s": sr.measured_step_times(m.programs),
+        "replayed_step_time_s": model.slowest(own),
+        "without_straggler": None,
+        "rank_speeds": None,
+        "curve": None,
+    }
+    if without_straggler:
+        top = getattr(m.why, "top_cause", None)
+        got = (
+            sr.without(m.programs, m.calls, top, m.work_s or {}, m.run_inter_bits)
+            if top is not None
+            else None
+        )
+        out["without_straggler"] = got or {
+            "rank": top,
+            "note": "no rank holds the others up (why.top_cause is null): nothing to remove"
+            if top is None
+            else f"rank {top} has no peer to compare with",
+        }
+    fixed = {r: lo for r, lo, hi in rank_speeds if hi is None}
+    if fixed:
+        out["rank_speeds"] = sr.what_if(m.programs, m.calls, fixed, m.run_inter_bits)
+    for r, lo, hi in rank_speeds:
+        if hi is not None:
+            points = [
+                {"speed": v, **sr.what_if(m.programs, m.calls, {**fixed, r: v}, m.run_inter_bits)}
+                for v in sr.curve_speeds(lo, hi)
+            ]
+            out["curve"] = {"rank": r, "points": points}
+    return out
 
 
 def one_node_warning(ranks: int) -> str:

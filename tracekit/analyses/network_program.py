@@ -23,7 +23,10 @@ Where a rank waits for call c (W, R):
    waited from the start of that blocked run until its end; not blocked means needed the
    moment it ended (W = R = its end: a slower network would block there).
 Several calls waited in one blocked run: the run's resume lag (R minus the call's end) is kept
-by the call that ended last; the others resume when it does.
+by the call that ended last; the others resume when it does. A call that ended before the rank
+needed it (its end, as the replay ends it, before W) keeps no lag: the rank's measured block
+after W is a hold from the moment it needs the call (``hold_ns``), so a later end, within the
+slack, blocks nothing.
 
 Bytes: each matched call goes through tracekit.analyses.traffic's link model (ring, tree,
 pairs, by backend; the same calls frame as the ``traffic`` section). Per call the replay needs
@@ -72,6 +75,7 @@ class Item:
     t_ns: int  # measured time (post: the call's start on the thread; wait: W; mark: the marker)
     call_id: str | None = None
     lag_ns: int = 0  # wait: measured R - the call's end on this rank (p2p: on both)
+    hold_ns: int = 0  # wait: measured R - W, for a call that ended before W (lag_ns is then 0)
     span_start_ns: int = 0  # post: when its span started on the rank
     span_end_ns: int = 0  # post: when its span ended on the rank
     thread: str | None = None  # post: the runloop thread that ran it
@@ -340,8 +344,13 @@ def programs(
             last_end[rt] = max(last_end.get(rt, e), e)
         for wt, rt, e, cid in waits:
             own = e if calls[cid].end_offset_ns else matched_end.get(cid, e)
-            lag = rt - own if e == last_end[rt] else 0
-            items.append(Item("wait", wt, cid, lag_ns=lag))
+            # a call that ended (as the replay ends it) before it was needed: the rank's block
+            # after W is held from the moment it needs the call (hold), not from the call's end,
+            # or a later end (a slower network, a faster peer) would block it for all its slack
+            last = e == last_end[rt]
+            lag = rt - own if last and own >= wt else 0
+            hold = rt - wt if last and own < wt else 0
+            items.append(Item("wait", wt, cid, lag_ns=lag, hold_ns=hold))
         steps = markers.filter(pl.col("rank") == rank).sort("start_ns")
         for i, m in enumerate(steps.iter_rows(named=True)):
             if m["start_ns"] >= w0 and m["end_ns"] <= w1:

@@ -184,7 +184,7 @@ def replay(
             if it.call_id not in end:
                 parked.setdefault(it.call_id, []).append(r)
                 continue
-            resume = end_at[(r, it.call_id)] + it.lag_ns
+            resume = max(end_at[(r, it.call_id)] + it.lag_ns, now + it.hold_ns)
             if resume > now:
                 blocked_ns[r] += resume - now
                 delay[r] = resume - w

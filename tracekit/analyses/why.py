@@ -10,9 +10,11 @@ from __future__ import annotations
 import statistics
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from tracekit.analyses import critical_path as cp
+from tracekit.analyses import intervals as iv
 from tracekit.analyses import root_causes as rc
 from tracekit.analyses import wait_states as ws
 from tracekit.analyses.section import SectionInput, SectionResult
@@ -29,6 +31,7 @@ from tracekit.summary.why import (
     WaitPattern,
     WaitRank,
     WaitStates,
+    WhatIf,
     Why,
 )
 
@@ -51,7 +54,7 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
     starts = dict(
         zip(inp.windows["rank"].to_list(), inp.windows["start_ns"].to_list(), strict=True)
     )
-    causes, inst = rc.root_causes(waits, sets, ops, starts)
+    causes, inst = rc.root_causes(exposed_waits(waits, sets), sets, ops, starts)
     steps = cp.steps_of(inp.markers, inp.windows)
     path = cp.walk(steps, waits)
     value = Why(
@@ -66,6 +69,10 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
     mean_span = statistics.fmean(spans) if spans else 0.0
     if top is not None and mean_span > 0 and top.cost_s >= SMALL * mean_span:
         value = msgspec.structs.replace(value, top_cause=top.rank)
+    if value.top_cause is not None:
+        what_if, problem = _what_if(inp, segs, states, value.top_cause)
+        value = msgspec.structs.replace(value, what_if=what_if)
+        warnings = [*warnings, problem] if problem else warnings
     value = msgspec.structs.replace(value, diagnosis=diagnosis(value, inp))
     frames = {
         "wait_states": waits,
@@ -75,6 +82,66 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
         "critical_path": path,
     }
     return SectionResult(value, frames, warnings)
+
+
+def _what_if(
+    inp: SectionInput, segs: dict[int, pl.DataFrame], states: pl.DataFrame, rank: int
+) -> tuple[WhatIf | None, str | None]:
+    """why.what_if (tracekit.analyses.straggler_replay.without), or None and why not."""
+    from tracekit.analyses import network_program as npg
+    from tracekit.analyses import straggler_replay as sr
+
+    steps = dict(zip(inp.windows["rank"].to_list(), inp.windows["steps"].to_list(), strict=True))
+    # work: what the replay runs at measured pace (the span less waiting and exposed transfer)
+    work = {
+        int(row["rank"]): (row["compute_s"] + row["other_s"] + row["idle_s"])
+        / max(1, int(steps.get(row["rank"]) or 1))
+        for row in states.iter_rows(named=True)
+    }
+    try:
+        calls = npg.calls_table(inp.collectives, inp.nodes)
+        timeline = pl.concat(list(segs.values())) if segs else pl.DataFrame()
+        progs = npg.programs(inp.events, timeline, inp.collectives, inp.markers, inp.windows, calls)
+        got = sr.without(progs, calls, rank, work)
+    except (ValueError, KeyError) as exc:  # a replay that cannot run leaves the rest standing
+        return None, f"why: the straggler what-if could not be replayed ({exc})"
+    if got is None:
+        return None, None
+    return (
+        WhatIf(
+            rank=rank,
+            speed=got["speed"],
+            work_s=got["work_s"],
+            peer_work_s=got["peer_work_s"],
+            step_s=got["step_time_s"],
+            replayed_step_s=got["replayed_step_time_s"],
+            measured_step_s=got["measured_step_time_s"],
+        ),
+        None,
+    )
+
+
+def exposed_waits(waits: pl.DataFrame, sets: dict[int, rc.Sets]) -> pl.DataFrame:
+    """The waits with ``wait_ns`` cut to the time the waiter was blocked, each instant once.
+
+    A rank with several asynchronous calls in flight (DP's gradient buckets, FSDP's prefetched
+    gathers) waits on all of them at once: summed, its waits exceed its span. Here each wait
+    keeps only the part of [start, start + wait] that is in the rank's ``waiting`` state
+    (exposed communication inside a wait interval) and not already claimed by a wait that
+    started earlier, so a rank's waits sum to its ``waiting_s`` and the root causes charge
+    each second of waiting once (docs/metrics.md "Why")."""
+    if waits.height == 0:
+        return waits
+    parts = []
+    for (rank,), w in waits.partition_by("rank", as_dict=True, maintain_order=True).items():
+        w = w.sort("start_ns", "call_id")
+        s = w["start_ns"].to_numpy().astype(np.int64)
+        e = s + w["wait_ns"].to_numpy().astype(np.int64)
+        reach = np.maximum.accumulate(e)  # the end of the waits begun so far
+        lo = np.maximum(s, np.concatenate([[np.iinfo(np.int64).min], reach[:-1]]))
+        b0, b1 = sets[int(rank)]["waiting"] if int(rank) in sets else (e[:0], e[:0])
+        parts.append(w.with_columns(pl.Series("wait_ns", iv.inside(b0, b1, lo, e), pl.Int64)))
+    return pl.concat(parts).sort("start_ns", "call_id", "rank")
 
 
 def _wait_states(waits: pl.DataFrame, states: pl.DataFrame, mat: pl.DataFrame) -> WaitStates:
@@ -217,4 +284,11 @@ def diagnosis(w: Why, inp: SectionInput) -> list[str]:
             )
     for p in wst.pairs[:3]:
         lines.append(f"rank {p.waiter} waited {p.wait_s:.3g} s on rank {p.cause} ({p.calls} calls)")
+    wi = w.what_if
+    if wi is not None and wi.step_s is not None:
+        measured = "–" if wi.measured_step_s is None else f"{wi.measured_step_s:.3g} s"
+        lines.append(
+            f"without rank {wi.rank}'s excess ({wi.speed:.2g}x its busiest peer's work) the "
+            f"step would take {wi.step_s:.3g} s (measured {measured})"
+        )
     return lines

@@ -26,11 +26,23 @@ from typing import Any
 import torch
 
 from tracekit import runfolder
+from tracekit.capture import straggler
 
 
-def region(name: str) -> torch.profiler.record_function:
-    """``with region(label): ...``: a ``record_function`` span named by a tracekit.labels label."""
-    return torch.profiler.record_function(name)
+@contextmanager
+def region(name: str) -> Iterator[None]:
+    """``with region(label): ...``: a ``record_function`` span named by a tracekit.labels label.
+
+    Every strategy's forward and backward run inside one, so on a planted straggler's rank
+    (``--straggler``) this is where its extra compute goes, inside the same span
+    (tracekit.capture.straggler)."""
+    slow = straggler.active()
+    with torch.profiler.record_function(name):
+        if slow is None:
+            yield
+        else:
+            with slow.phase(name):
+                yield
 
 
 def _default_rank() -> int:

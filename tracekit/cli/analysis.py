@@ -273,8 +273,17 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--inter-node-bandwidth",
-    required=True,
+    default=None,
     help="rate (400mbit, 1gbit, bits/s) or a sweep LO:HI, e.g. 100mbit:100gbit",
+)
+@click.option(
+    "--without-straggler", is_flag=True, help="the step without the top cause's excess work"
+)
+@click.option(
+    "--rank-speed",
+    "rank_speeds",
+    multiple=True,
+    help="RANK:SPEED (1:1.5: rank 1 works 1.5x faster) or a curve RANK:LO:HI; repeatable",
 )
 @click.option("--intra-node-bandwidth", default=None, help="rate (default: as measured)")
 @click.option("--latency", "latency_us", type=float, default=0.0, help="per message step, us")
@@ -283,15 +292,25 @@ def compare_cmd(paths: tuple[Path, ...], out: Path | None, fmt: str | None) -> N
 )
 def predict_cmd(
     paths: tuple[Path, ...],
-    inter_node_bandwidth: str,
+    inter_node_bandwidth: str | None,
+    without_straggler: bool,
+    rank_speeds: tuple[str, ...],
     intra_node_bandwidth: str | None,
     latency_us: float,
     out: Path | None,
 ) -> None:
-    """Predict each run's step on another network from its trace (docs/predict.md)."""
+    """Predict each run's step on another network, or without its straggler, from its trace
+    (docs/predict.md)."""
     from tracekit.cli import tables
     from tracekit.cli.prediction import run_predict
 
     run_predict(
-        list(paths), inter_node_bandwidth, intra_node_bandwidth, latency_us, out, tables.out()
+        list(paths),
+        inter_node_bandwidth,
+        intra_node_bandwidth,
+        latency_us,
+        out,
+        tables.out(),
+        without_straggler=without_straggler,
+        rank_speeds=list(rank_speeds),
     )

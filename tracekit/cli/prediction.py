@@ -78,16 +78,65 @@ def _targets(out: Path | None, paths: list[Path]) -> list[Path]:
     return found
 
 
+def straggler_lines(block: dict[str, Any], name: str) -> list[str]:
+    """The straggler what-if beside the measured step (prediction.json ``straggler``)."""
+    measured = block["measured_step_time_s"]
+    lines = [
+        f"{name}: measured step {_s(measured)} s, replayed at measured transfers "
+        f"{_s(block['replayed_step_time_s'])} s"
+    ]
+    wo = block.get("without_straggler")
+    if wo is not None and "step_time_s" in wo:
+        lines.append(
+            f"{name}: without rank {wo['rank']}'s excess ({wo['speed']:.2g}x its busiest peer's "
+            f"work) the step would take {_s(wo['step_time_s'])} s (measured {_s(measured)} s); "
+            f"per step {', '.join(_s(x) for x in wo['step_times_s'])}"
+        )
+    elif wo is not None:
+        lines.append(f"{name}: --without-straggler: {wo['note']}")
+    rs = block.get("rank_speeds")
+    if rs is not None:
+        at = ", ".join(f"rank {x['rank']} x{x['speed']:g}" for x in rs["speeds"])
+        lines.append(
+            f"{name}: with {at} the step would take {_s(rs['step_time_s'])} s "
+            f"(measured {_s(measured)} s); per step {', '.join(_s(x) for x in rs['step_times_s'])}"
+        )
+    return lines
+
+
+def curve_table(block: dict[str, Any], name: str) -> Table:
+    curve = block["curve"]
+    t = Table(title=f"{name}: predicted step (s) against rank {curve['rank']}'s speed")
+    t.add_column("speed", justify="right")
+    t.add_column("step s", justify="right")
+    t.add_column("vs measured", justify="right")
+    for pt in curve["points"]:
+        t.add_row(
+            f"{pt['speed']:.3g}",
+            _s(pt["step_time_s"]),
+            _pct(P._rel(pt["step_time_s"], block["measured_step_time_s"])),
+        )
+    return t
+
+
 def run_predict(
     paths: list[Path],
-    inter: str,
+    inter: str | None,
     intra: str | None,
     latency_us: float,
     out: Path | None,
     console: Console,
+    without_straggler: bool = False,
+    rank_speeds: list[str] | None = None,
 ) -> None:
     """Parse the options (bad ones fail before any analysis), predict, print, write."""
-    bw = P.parse_bandwidth(inter)
+    speeds = [P.parse_rank_speed(x) for x in rank_speeds or []]
+    straggler = without_straggler or bool(speeds)
+    if inter is None and not straggler:
+        raise TracekitError(
+            "give --inter-node-bandwidth RATE (or LO:HI), --without-straggler or --rank-speed"
+        )
+    bw = P.parse_bandwidth(inter) if inter is not None else None
     intra_bits = None if intra is None else P.parse_rate(intra, "--intra-node-bandwidth")
     latency_us = P.check_latency(latency_us)
     several = len(paths) > 1
@@ -102,7 +151,14 @@ def run_predict(
     preds = [
         (Path(p).name, P.prediction(m, bw, intra_bits, latency_us)) for p, m in zip(paths, models)
     ]
-    cross = P.compare(models, bw[0], bw[1], intra_bits, latency_us) if several and bw[1] else []
+    if straggler:
+        for (_, pred), m in zip(preds, models):
+            pred["straggler"] = P.straggler_block(m, without_straggler, speeds)
+    cross = (
+        P.compare(models, bw[0], bw[1], intra_bits, latency_us)
+        if several and bw is not None and bw[1]
+        else []
+    )
     for (name, pred), p, target in zip(preds, paths, targets):
         if cross:
             pred["crossovers"] = [c for c in cross if str(p) in (c["a"], c["b"])]
@@ -112,7 +168,16 @@ def run_predict(
                 for n, o in preds
                 if o is not pred
             ]
-        console.print(rank_table(pred, name))
+        if bw is not None:
+            console.print(rank_table(pred, name))
+        if pred.get("straggler"):
+            for line in straggler_lines(pred["straggler"], name):
+                console.print(line, highlight=False, soft_wrap=True)
+            if pred["straggler"]["curve"]:
+                console.print(curve_table(pred["straggler"], name))
+            if bw is None:
+                P.write_prediction(pred, target, source=p)
+                continue
         for w in pred.get("warnings") or []:
             console.print(f"{name}: warning: {w}", highlight=False, soft_wrap=True)
         sc = pred["self_check"]
@@ -129,7 +194,7 @@ def run_predict(
             knee = P.fmt_rate(sw["knee_bits_per_s"]) if sw["knee_bits_per_s"] else sw["knee_note"]
             console.print(f"{name}: knee (>10 % slower than free below) {knee}", highlight=False)
         P.write_prediction(pred, target, source=p)
-    if bw[1] is not None:
+    if bw is not None and bw[1] is not None:
         console.print(sweep_table(preds))
     for c in cross:
         xs = ", ".join(P.fmt_rate(x) for x in c["crossover_bits_per_s"]) or "none in the sweep"

@@ -133,6 +133,14 @@ class RunOptions:
     """Seed of the model's weights and of the data."""
     global_batch: int | None = option(None, "sequences per step, all ranks", side="rank", min=1)
     """Sequences per step over all ranks (None: the strategy's ``global_batch``)."""
+    straggler: str | None = option(
+        None,
+        "RANK:FACTOR: rank RANK computes FACTOR (1 to 10) times slower (ground truth for why)",
+        phrase="straggler {}",
+    )
+    """Rank RANK's forward and backward take FACTOR times as long: after each, that rank runs
+    real extra compute (matmuls) for (FACTOR - 1) x the phase's own compute time, inside the
+    phase's label (tracekit.capture.straggler); run.json ``straggler`` records it."""
     fail_rank: int | None = option(None, side="rank", hidden=True)
     """Test hook: this rank raises at step ``fail_step`` (or TRACEKIT_FAIL_RANK)."""
     fail_step: int = option(0, side="rank", hidden=True)
@@ -219,10 +227,40 @@ def problem(strategy: StrategyLike, values: Any) -> str | None:
             return f"{name} must be {_allowed(how)}, not {value!r}"
         if kind in (int, float) and _out_of_range(how, value):
             return f"{name} must be {_allowed(how)}"
+    why = straggler_problem(values.straggler, getattr(values, "nproc", None))
+    if why:
+        return why
     if values.precision not in strategy.precisions:
         return f"--precision {values.precision} is not supported for {strategy.name} yet"
     if values.backend == "nccl" and values.device != "cuda":
         return "--backend nccl needs --device cuda"
+    return None
+
+
+STRAGGLER_MAX_FACTOR = 10.0
+
+
+def parse_straggler(text: str) -> tuple[int, float]:
+    """``RANK:FACTOR`` -> (rank, factor); ValueError unless it has that form."""
+    rank, sep, factor = text.partition(":")
+    if not sep:
+        raise ValueError(text)
+    return int(rank), float(factor)
+
+
+def straggler_problem(text: str | None, nproc: int | None) -> str | None:
+    """Why ``--straggler text`` cannot run on ``nproc`` ranks (None: not checked here), or None."""
+    if text is None:
+        return None
+    try:
+        rank, factor = parse_straggler(text)
+    except ValueError:
+        return f"--straggler must be RANK:FACTOR (e.g. 1:1.5), not {text!r}"
+    if not 1.0 < factor <= STRAGGLER_MAX_FACTOR:  # also refuses nan
+        return f"--straggler FACTOR must be more than 1 and at most {STRAGGLER_MAX_FACTOR:g}, not {factor:g}"
+    if rank < 0 or (nproc is not None and rank >= nproc):
+        bound = f"0 to {nproc - 1} (--nproc {nproc})" if nproc is not None else "at least 0"
+        return f"--straggler RANK must be {bound}, not {rank}"
     return None
 
 

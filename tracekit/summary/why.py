@@ -141,7 +141,14 @@ class RootCauses(Record):
     """Böhme et al.'s delay analysis: each wait charged to the work that delayed its cause
     (frame `root_causes.parquet`)."""
 
-    wait_s: Annotated[float, M("waits on another rank analysed, seconds")]
+    wait_s: Annotated[
+        float,
+        M(
+            "waits on another rank analysed, seconds: each wait cut to the time its rank was "
+            "blocked (its `waiting` state), each instant once where concurrent calls' waits "
+            "overlap (DP buckets, prefetched gathers), so a rank's share is its `waiting_s`"
+        ),
+    ]
     direct_s: Annotated[
         float, M("the part charged to the last arriver's own excess work, seconds (Böhme 2010)")
     ]
@@ -201,6 +208,40 @@ class CriticalPath(Record):
     ]
 
 
+class WhatIf(Record):
+    """The step without the top cause's excess work: the network replay at measured transfers
+    with that rank's work set to its busiest peer's (tracekit.analyses.straggler_replay;
+    `tracekit predict --without-straggler` gives the same numbers)."""
+
+    rank: Annotated[int, M("the rank whose excess is removed: why.top_cause")]
+    speed: Annotated[
+        float,
+        M(
+            "work_s / peer_work_s: the replay runs the rank's work this many times faster "
+            "(not at all when under 1)"
+        ),
+    ]
+    work_s: Annotated[
+        float,
+        M(
+            "its work per profiled step: compute + other + idle (the span less waiting and "
+            "exposed transfer: what the replay runs at measured pace), seconds"
+        ),
+    ]
+    peer_work_s: Annotated[float, M("the busiest other rank's work per step, seconds")]
+    step_s: Annotated[
+        float | None,
+        M("predicted step without the excess: the slowest rank's median replayed step, seconds"),
+    ]
+    replayed_step_s: Annotated[
+        float | None,
+        M("the same replay with nothing removed (its self-check against measured_step_s), seconds"),
+    ]
+    measured_step_s: Annotated[
+        float | None, M("the slowest rank's median measured step in the window, seconds")
+    ]
+
+
 class Why(Record):
     """Why the step takes the time it does: wait states, root causes, critical path."""
 
@@ -218,3 +259,10 @@ class Why(Record):
     wait_states: Annotated[WaitStates, M("the waits of every complete call")]
     root_causes: Annotated[RootCauses, M("what caused them")]
     critical_path: Annotated[CriticalPath | None, M("the path across ranks; null without a window")]
+    what_if: Annotated[
+        WhatIf | None,
+        M(
+            "the straggler what-if: the step without the top cause's excess; null without a "
+            "top cause, or when the replay cannot run (a warning says why)"
+        ),
+    ] = None

@@ -1,0 +1,161 @@
+"""What would the step take if one rank worked faster? ``tracekit predict --without-straggler``.
+
+The network replay (tracekit.analyses.network_replay) with every call at its measured transfer
+(``Network(measured=True)``: the self-check's conditions), on per-rank programs
+(tracekit.analyses.network_program) whose work is changed on the chosen ranks only:
+
+    rank r at speed s: each second of its work (what the replay runs at measured pace: its
+    window less the time it was blocked in waits, i.e. compute, the CPU side of its calls,
+    memcpy/sync and the gaps between ops) takes 1/s seconds; every other rank keeps its
+    measured work, and every wait is recomputed by the replay.
+
+``--rank-speed R:S`` gives s; ``--without-straggler`` takes the why analysis's top cause d
+(summary.json ``why.top_cause``, Böhme et al.'s delay analysis) and removes its excess: d's
+work is set to what its busiest peer needed (the root causes' excess, summed over every state
+but waiting, over the window: s = work_d / max over the other ranks of their work, both per
+profiled step, work = span - waiting - exposed transfer), spread evenly over d's work. A speed
+of 1 or less (no excess) leaves the step as replayed. docs/predict.md "Straggler what-if".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from tracekit.analyses import network_replay as model
+from tracekit.analyses.network_program import Call, Program
+
+#: points of a --rank-speed R:LO:HI curve
+CURVE_POINTS = 9
+
+
+@dataclass
+class ScaledProgram(Program):
+    """A rank's program whose work runs ``speed`` times as fast (see the module docstring)."""
+
+    speed: float = 1.0
+
+    def work_ns(self, t: int) -> int:
+        base, start = super().work_ns(t), super().work_ns(self.start_ns)
+        return int(start + (base - start) / self.speed)
+
+
+def scaled(progs: dict[int, Program], speeds: dict[int, float]) -> dict[int, Program]:
+    """The programs with ``speeds[r]`` applied to rank r's work (others unchanged)."""
+    out: dict[int, Program] = {}
+    for r, p in progs.items():
+        base = {f.name: getattr(p, f.name) for f in fields(Program)}
+        out[r] = ScaledProgram(**base, speed=speeds[r]) if r in speeds else p
+    return out
+
+
+def step_times(rep: model.Replay) -> list[float]:
+    """Per step index, the slowest rank's step (from the replay's marks), seconds."""
+    per: dict[int, float] = {}
+    for marks in rep.marks.values():
+        for key, t in marks.items():
+            if len(key) == 2 and key[1] == "start" and (key[0], "end") in marks:
+                per[key[0]] = max(per.get(key[0], 0.0), marks[(key[0], "end")] - t)
+    return [per[k] for k in sorted(per)]
+
+
+def measured_step_times(progs: dict[int, Program]) -> list[float]:
+    """Per step index, the slowest rank's measured step (the programs' marks), seconds."""
+    per: dict[int, float] = {}
+    for p in progs.values():
+        at = {
+            it.key: it.t_ns for it in p.items if it.kind == "mark" and it.key and len(it.key) == 2
+        }
+        for key, t in at.items():
+            if key[1] == "start" and (key[0], "end") in at:
+                per[key[0]] = max(per.get(key[0], 0.0), (at[(key[0], "end")] - t) * 1e-9)
+    return [per[k] for k in sorted(per)]
+
+
+def replay_at(
+    progs: dict[int, Program],
+    calls: dict[str, Call],
+    speeds: dict[int, float],
+    run_inter_bits: float | None,
+) -> model.Replay:
+    """The measured-network replay with ``speeds`` applied."""
+    return model.replay(scaled(progs, speeds), calls, model.Network(measured=True), run_inter_bits)
+
+
+def excess_speed(work_s: dict[int, float], rank: int) -> float | None:
+    """--without-straggler's speed for ``rank``: its work over its busiest peer's (per step);
+    None when it has no peer or no work."""
+    peers = [v for r, v in work_s.items() if r != rank]
+    mine = work_s.get(rank)
+    if not peers or not mine or max(peers) <= 0:
+        return None
+    return mine / max(peers)
+
+
+def curve_speeds(lo: float, hi: float, n: int = CURVE_POINTS) -> list[float]:
+    """Evenly spaced speeds from lo to hi, both included."""
+    return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+
+
+def what_if(
+    progs: dict[int, Program],
+    calls: dict[str, Call],
+    speeds: dict[int, float],
+    run_inter_bits: float | None,
+) -> dict[str, Any]:
+    """One point: the predicted step (slowest rank's median) and per step, with ``speeds``."""
+    rep = replay_at(progs, calls, speeds, run_inter_bits)
+    return {
+        "speeds": [{"rank": r, "speed": s} for r, s in sorted(speeds.items())],
+        "step_time_s": model.slowest(rep),
+        "step_times_s": step_times(rep),
+    }
+
+
+def measured_slowest(progs: dict[int, Program]) -> float | None:
+    """The measured step as the replay reports its prediction: the slowest rank's median step
+    (the programs' marks), seconds."""
+    meds = []
+    for p in progs.values():
+        at = {
+            it.key: it.t_ns for it in p.items if it.kind == "mark" and it.key and len(it.key) == 2
+        }
+        d = sorted(
+            (at[(k[0], "end")] - t) * 1e-9
+            for k, t in at.items()
+            if k[1] == "start" and (k[0], "end") in at
+        )
+        if d:
+            meds.append(float(np.median(d)))
+    return max(meds) if meds else None
+
+
+def without(
+    progs: dict[int, Program],
+    calls: dict[str, Call],
+    rank: int,
+    work_s: dict[int, float],
+    run_inter_bits: float | None = None,
+) -> dict[str, Any] | None:
+    """The step without ``rank``'s excess compute (see the module docstring): rank, speed,
+    step_time_s (predicted), step_times_s, replayed_step_time_s (the same replay unchanged: the
+    self-check), measured_step_time_s; None when the rank has no peer or no compute. One
+    definition, for summary.json ``why.what_if`` and prediction.json ``straggler``."""
+    speed = excess_speed(work_s, rank)
+    if speed is None or rank not in progs:
+        return None
+    own = model.replay(progs, calls, model.Network(measured=True), run_inter_bits)
+    point = what_if(progs, calls, {rank: max(1.0, speed)}, run_inter_bits)
+    peers = {r: v for r, v in work_s.items() if r != rank}
+    return {
+        "rank": rank,
+        "speed": speed,
+        "work_s": work_s[rank],
+        "peer_work_s": max(peers.values()),
+        "step_time_s": point["step_time_s"],
+        "step_times_s": point["step_times_s"],
+        "replayed_step_time_s": model.slowest(own),
+        "measured_step_time_s": measured_slowest(progs),
+    }

@@ -1,0 +1,117 @@
+"""A straggler we plant: one rank's compute made FACTOR times slower, as compute (ground truth).
+
+``tracekit run STRATEGY --straggler RANK:FACTOR`` (tracekit.strategies.options) installs a
+:class:`Straggler` on rank RANK (instrumented_runs.harness). Every strategy runs its forward and
+backward inside :func:`tracekit.capture.region` (labels ``forward``/``backward``, and a
+pipeline's ``F``/``B``/``W`` per microbatch), so that is the one place the extra goes: when such
+a phase ends on the straggler, it runs real extra work (matmuls on a private tensor: ``aten::mm``
+and ``aten::tanh`` CPU ops, or kernels on a GPU) for (FACTOR - 1) x the phase's own compute
+time, still inside the phase's label, so the why analysis sees compute (not sleep) and charges
+the waits it causes to that phase. The phase's compute time is its wall time less the
+communication regions (``comm:...`` labels) nested in it: waiting on a peer is not compute.
+
+What was injected is timed on the rank, per step, and goes into run.json ``straggler``
+(instrumented_runs.harness.finish): the ground truth the analysis is checked against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from tracekit import labels
+
+# the extra work's unit: one small matmul (~0.1-1 ms on one CPU thread), so the overshoot of the
+# target is at most one unit
+_N = 128
+
+
+def is_compute(name: str) -> bool:
+    """A forward/backward phase: ``forward``, ``backward``, or a pipeline's F/B/W label."""
+    if name in (labels.FORWARD, labels.BACKWARD):
+        return True
+    label = labels.parse(name)
+    return label is not None and label.family == "pipeline"
+
+
+def _is_comm(name: str) -> bool:
+    return name.startswith(labels.COMM_PREFIX + ":")
+
+
+@dataclass
+class Straggler:
+    """Rank ``rank``'s compute slowed by ``factor``; ``injected[step]`` the extra seconds run."""
+
+    rank: int
+    factor: float
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    step: int = -1
+    injected: dict[int, float] = field(default_factory=dict)
+    _depth: int = 0  # compute phases open (only the outermost one injects)
+    _excluded: float = 0.0  # seconds of comm regions inside the open phase
+    _work: torch.Tensor | None = None
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":  # the phase's time is its kernels', not their launch
+            torch.cuda.synchronize(self.device)
+
+    def extra(self, seconds: float) -> float:
+        """Run real compute for at least ``seconds``; the seconds it took."""
+        if self._work is None:
+            g = torch.Generator().manual_seed(self.rank)
+            self._work = (torch.randn(_N, _N, generator=g) / _N**0.5).to(self.device)
+        t0 = time.perf_counter()
+        x = self._work
+        while time.perf_counter() - t0 < seconds:
+            x = torch.tanh(x @ self._work)  # tanh keeps it bounded
+            self._sync()
+        return time.perf_counter() - t0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Around a region: a compute phase gets its extra at its end; a comm region inside one
+        is left out of the phase's compute time."""
+        if _is_comm(name) and self._depth:
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                self._excluded += time.perf_counter() - t0
+            return
+        if not is_compute(name):
+            yield
+            return
+        outer = self._depth == 0
+        if outer:
+            self._sync()
+            self._excluded = 0.0
+        t0 = time.perf_counter()
+        self._depth += 1
+        try:
+            yield
+            if outer:
+                self._sync()
+        finally:
+            self._depth -= 1
+        if outer:  # not on an exception: a failing phase is left as it failed
+            compute = max(0.0, time.perf_counter() - t0 - self._excluded)
+            took = self.extra((self.factor - 1.0) * compute)
+            self.injected[self.step] = self.injected.get(self.step, 0.0) + took
+
+
+_ACTIVE: Straggler | None = None
+
+
+def install_straggler(rank: int, factor: float, device: torch.device) -> Straggler:
+    """Make this process the straggler (:func:`tracekit.capture.region` consults it)."""
+    global _ACTIVE
+    _ACTIVE = Straggler(rank, factor, device)
+    return _ACTIVE
+
+
+def active() -> Straggler | None:
+    return _ACTIVE
