@@ -14,4 +14,5 @@ class TracekitError(Exception):
     def __init__(self, message: str, path: str | Path | None = None) -> None:
         self.path = None if path is None else str(path)
         text = " ".join(str(message).split())  # always one line
+        self.problem = text
         super().__init__(f"{self.path}: {text}" if self.path else text)

@@ -63,6 +63,8 @@ class Source:
     """rank -> the dumps whose file name names it (``fr_rank<R>.json``)."""
     memory_ranks: frozenset[int]
     """Ranks with a memory/rank<R>.json."""
+    skipped: tuple[str, ...] = ()
+    """Warnings: entries named like a trace or an NCCL log that are not regular files."""
 
     def named_ranks(self) -> set[int]:
         """Ranks that have a file of their own besides the trace: a memory count or a dump."""
@@ -75,7 +77,10 @@ def locate(path: str | Path) -> Source:
     folder = runfolder.is_folder(path)
     data = runfolder.load_run_json(path) if folder else None
     run = RunRecord.from_json(data) if data is not None else None
-    found = runfolder.find_trace_files(path)
+    skipped: list[str] = []
+    found = runfolder.find_trace_files(path, skipped)
+    if folder:
+        skipped += runfolder.skipped_nccl_entries(path)
     if not found and run is not None:
         raise TracekitError(
             f"no traces in {runfolder.traces_dir(path).name}/: no rank wrote one "
@@ -98,6 +103,7 @@ def locate(path: str | Path) -> Source:
         dumps=dumps,
         dumps_of={r: tuple(d) for r, d in dumps_of.items()},
         memory_ranks=frozenset(runfolder.memory_ranks(path) if folder else ()),
+        skipped=tuple(skipped),
     )
 
 
@@ -116,14 +122,17 @@ def load_rank(source: Source, rank: int) -> RankPiece:
     non-empty JSON object), the flight-recorder dumps named for the rank, and
     contention/rank<R>.json (run folders only)."""
     memory = contention = None
+    warnings: list[str] = []
     if source.folder and rank in source.memory_ranks:
-        data = runfolder.load_json_if_present(runfolder.memory_path(source.path, rank))
+        data, problem = runfolder.load_side_json(runfolder.memory_path(source.path, rank))
         memory = MemoryCounts.from_json(data) if isinstance(data, dict) and data else None
+        warnings += [problem] if problem else []
     if source.folder and source.run is not None:  # only our runs meter themselves
-        data = runfolder.load_json_if_present(runfolder.contention_path(source.path, rank))
+        data, problem = runfolder.load_side_json(runfolder.contention_path(source.path, rank))
         contention = ContentionCounts.from_json(data) if isinstance(data, dict) else None
+        warnings += [problem] if problem else []
     dumps = tuple(read_dump(p) for p in source.dumps_of.get(rank, ()))
-    return RankPiece(rank, memory, dumps, contention)
+    return RankPiece(rank, memory, dumps, contention, tuple(warnings))
 
 
 def read_nccl(path: Path) -> NcclLogs | None:
@@ -162,7 +171,7 @@ def assemble(
         if scans
         else empty_events()
     )
-    warnings: list[str] = list(selection.warnings)
+    warnings: list[str] = list(source.skipped) + list(selection.warnings)
     for info in infos:
         warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
     missing = None if subset else foreign.missing_ranks_warning(infos, run)
@@ -190,6 +199,8 @@ def assemble(
     order = [brought.get(p) or read_dump(p) for p in source.dumps]
     for dump in order:
         warnings.extend(dump.warnings)
+    for piece in pieces:
+        warnings.extend(piece.warnings)
     return Job(
         path=source.path,
         run=run,

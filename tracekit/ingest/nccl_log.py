@@ -18,9 +18,11 @@ logs cover only part of the job.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import io
+import os
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ import polars as pl
 
 from tracekit import runfolder
 from tracekit.errors import TracekitError
+from tracekit.ingest import guarded_read
 from tracekit.ingest import nccl_lines as lines
 from tracekit.ingest.nccl_placement import derive
 from tracekit.ingest.nccl_records import Parser
@@ -207,13 +210,19 @@ def _complete_expr() -> pl.Expr:
     ).fill_null(False)
 
 
-def _open(path: Path) -> io.BufferedIOBase:
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[io.BufferedIOBase]:
+    """The log through the guarded reader's open: regular files only (a FIFO never blocks)."""
     try:
-        if path.name.endswith(".gz"):
-            return gzip.open(path, "rb")
-        return open(path, "rb")
-    except OSError as exc:
-        raise TracekitError(f"cannot read NCCL log ({exc.strerror or exc})", path) from None
+        fd = guarded_read.open_regular(path)
+    except TracekitError as exc:
+        raise TracekitError(f"NCCL log not read: {exc.problem}", path) from None
+    with os.fdopen(fd, "rb") as raw:
+        if not path.name.endswith(".gz"):
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+            yield cast(io.BufferedIOBase, f)
 
 
 def _raw_lines(f: io.BufferedIOBase, parser: Parser) -> Iterator[bytes]:

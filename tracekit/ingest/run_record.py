@@ -14,6 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracekit.ingest.guarded_read import in_range, rank_list
+
+#: a byte count past this is not one (no machine holds 2^62 bytes); it would overflow Int64 sums
+BYTES_LIMIT = 2**62
+
 
 def _int(value: Any) -> int | None:
     """int(value) for a truthy value that converts, else None."""
@@ -73,7 +78,7 @@ class RunConfig:
             process_groups=tuple(
                 g
                 for g in (groups if isinstance(groups, list) else [])
-                if isinstance(g, dict) and isinstance(g.get("ranks"), list)
+                if isinstance(g, dict) and rank_list(g.get("ranks")) is not None
             ),
             options=opts,
         )
@@ -179,6 +184,6 @@ class MemoryCounts:
             **{
                 k: v
                 for k in MEMORY_KEYS
-                if isinstance(v := data.get(k), int) and not isinstance(v, bool)
+                if in_range(v := data.get(k), 0, BYTES_LIMIT) is not None
             }
         )
