@@ -82,7 +82,9 @@ def open_regular(path: str | Path) -> int:
             if mode is not None:
                 raise _refuse(path, real, mode) from None
         if exc.errno == errno.ELOOP:
-            raise TracekitError("is a symbolic link that changed while read: not read", path) from None
+            raise TracekitError(
+                "is a symbolic link that changed while read: not read", path
+            ) from None
         if exc.errno == errno.ENOENT:
             raise TracekitError("no such file (or a symbolic link to nothing)", path) from None
         raise TracekitError(f"cannot read the file ({exc.strerror or exc})", path) from None
