@@ -190,6 +190,14 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def read_json_bytes(path: str | Path, limit: int = SIDE_FILE_BYTES) -> bytes:
+    """PATH's bytes (:func:`read_limited`), checked to nest at most MAX_DEPTH deep: for readers
+    that decode with a decoder of their own (msgspec, a schema)."""
+    data = read_limited(path, limit)
+    check_depth(data, path)
+    return data
+
+
 def load_json(path: str | Path, limit: int = SIDE_FILE_BYTES) -> Any:
     """PATH read (:func:`read_limited`) and decoded (:func:`decode_json`)."""
     return decode_json(read_limited(path, limit), path)
