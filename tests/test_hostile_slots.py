@@ -230,3 +230,41 @@ ALL = [(s, k) for s in SLOTS for k in KINDS if (s, k) not in FAST]
 @pytest.mark.parametrize(("slot", "kind"), ALL, ids=[f"{s}-{k}" for s, k in ALL])
 def test_hostile_slot_everywhere(tmp_path: Path, slot: str, kind: str) -> None:
     check(tmp_path, slot, kind)
+
+
+GROUP_NUMBERS = [
+    ("pg_size", 2**31),
+    ("pg_size", 2**40),
+    ("pg_size", 2**63),
+    ("ranks", [0, 5]),
+    ("ranks", [0, "x"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), GROUP_NUMBERS, ids=[f"{k}={v}" for k, v in GROUP_NUMBERS]
+)
+def test_process_group_numbers(tmp_path: Path, key: str, value: Any) -> None:
+    """distributedInfo.pg_config's numbers are range-checked before they size or type anything:
+    a pg_size no world has, ranks outside the world of 2 or not ints, in every rank's trace, are
+    a warning naming the figure and the analysis goes on (issue #24: polars tracebacks)."""
+    run = _run_folder(tmp_path)
+    for trace in sorted((run / "traces").glob("*.json.gz")):
+        data = json.loads(gzip.decompress(trace.read_bytes()))
+        data["distributedInfo"]["pg_config"][0][key] = value
+        trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", "analyze", str(run), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        preexec_fn=_limits,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    figure = str(value)[:40]
+    warned = [w for w in proc.stderr.splitlines() if w.startswith("warning: ") and key in w]
+    assert any(figure in w and "world of 2" in w for w in warned), proc.stderr
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert any(key in w and figure in w for w in summary["warnings"])
