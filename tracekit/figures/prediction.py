@@ -7,7 +7,6 @@ with free communication as a dashed line and the knee (docs/predict.md) marked o
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path

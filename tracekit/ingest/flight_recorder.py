@@ -56,9 +56,9 @@ import polars as pl
 
 from tracekit import runfolder
 from tracekit.errors import TracekitError
+from tracekit.events import DType
 from tracekit.ingest import guarded_read
 from tracekit.ingest.kineto_files import max_trace_bytes
-from tracekit.events import DType
 
 NOT_JSON = "flight-recorder dump is not JSON (pickled dumps are never loaded)"
 

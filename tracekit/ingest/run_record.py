@@ -181,9 +181,5 @@ class MemoryCounts:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MemoryCounts:
         return cls(
-            **{
-                k: v
-                for k in MEMORY_KEYS
-                if in_range(v := data.get(k), 0, BYTES_LIMIT) is not None
-            }
+            **{k: v for k in MEMORY_KEYS if in_range(v := data.get(k), 0, BYTES_LIMIT) is not None}
         )
