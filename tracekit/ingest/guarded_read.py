@@ -85,8 +85,6 @@ def open_regular(path: str | Path) -> int:
             raise TracekitError(
                 "is a symbolic link that changed while read: not read", path
             ) from None
-        if exc.errno == errno.ENOENT:
-            raise TracekitError("no such file (or a symbolic link to nothing)", path) from None
         raise TracekitError(f"cannot read the file ({exc.strerror or exc})", path) from None
     try:
         st = os.fstat(fd)
