@@ -124,9 +124,12 @@ def load_rank(source: Source, rank: int) -> RankPiece:
     memory = contention = None
     warnings: list[str] = []
     if source.folder and rank in source.memory_ranks:
-        data, problem = runfolder.load_side_json(runfolder.memory_path(source.path, rank))
+        where = runfolder.memory_path(source.path, rank)
+        data, problem = runfolder.load_side_json(where)
         memory = MemoryCounts.from_json(data) if isinstance(data, dict) and data else None
         warnings += [problem] if problem else []
+        if isinstance(data, dict):
+            warnings += [f"{where}: {p}" for p in MemoryCounts.problems(data)]
     if source.folder and source.run is not None:  # only our runs meter themselves
         data, problem = runfolder.load_side_json(runfolder.contention_path(source.path, rank))
         contention = ContentionCounts.from_json(data) if isinstance(data, dict) else None

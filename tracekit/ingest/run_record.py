@@ -178,6 +178,18 @@ class MemoryCounts:
     activation_bytes_per_microbatch: int | None = None
     """Pipelines: activation bytes one microbatch keeps alive on the stage."""
 
+    @staticmethod
+    def problems(data: Mapping[str, Any]) -> list[str]:
+        """The counts that are numbers but not byte counts (negative, 2^63, 1e400 read as
+        float): each named with its figure; :meth:`from_json` leaves them unknown."""
+        return [
+            f"{k} {str(v)[:40]} is not a byte count; ignored"
+            for k in MEMORY_KEYS
+            if isinstance(v := data.get(k), (int, float))
+            and not isinstance(v, bool)
+            and in_range(v, 0, BYTES_LIMIT) is None
+        ]
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MemoryCounts:
         return cls(
