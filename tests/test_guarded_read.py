@@ -104,3 +104,22 @@ def test_app_index_never_blocks_on_a_fifo_summary(tmp_path: Path) -> None:
     (run / "analysis").mkdir()
     os.mkfifo(run / "analysis" / "summary.json")
     assert _bounded(_disk_summary, run, ()) is None
+
+
+def test_nccl_log_bomb_stops_at_the_limit(tmp_path: Path) -> None:
+    """A gzipped NCCL log that inflates past the trace size limit is a warning, not hours."""
+    import gzip
+
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "dp", run)
+    line = b"host0:1:1 [0] NCCL INFO Channel 00/02 :    0   1\n"
+    (run / "nccl" / "rank0.log.gz").write_bytes(gzip.compress(line * ((64 << 20) // len(line))))
+    proc = run_cli(
+        "analyze", str(run), "--out", str(tmp_path / "out"), timeout=120,
+        env={"TRACEKIT_MAX_TRACE_BYTES": "16M"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "warning: NCCL logs not used: " in proc.stderr
+        and "rank0.log.gz: NCCL log not read: more than 0.02 GB of text" in proc.stderr
+    ), proc.stderr

@@ -30,6 +30,11 @@ from typing import Any
 
 from tracekit.errors import TracekitError
 
+class Unread(TracekitError):
+    """An input file that was not read (not a regular file, over its size limit): a reader of
+    files the analysis can do without turns it into a warning naming the file."""
+
+
 #: side files (run.json, memory/, contention/, summary.json, markers) are a few KB; this is
 #: generous and still far from what would exhaust memory when parsed (~10x as Python objects)
 SIDE_FILE_BYTES = 64 << 20

@@ -33,7 +33,7 @@ import polars as pl
 from tracekit import runfolder
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events
-from tracekit.ingest import foreign
+from tracekit.ingest import foreign, guarded_read
 from tracekit.ingest.contention_record import ContentionCounts
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece
@@ -138,9 +138,9 @@ def load_rank(source: Source, rank: int) -> RankPiece:
     return RankPiece(rank, memory, dumps, contention, tuple(warnings))
 
 
-def read_nccl(path: Path) -> NcclLogs | None:
+def read_nccl(path: Path, warnings: list[str] | None = None) -> NcclLogs | None:
     """The NCCL_DEBUG logs of folder PATH's nccl/, parsed; None without any, or when none can be
-    read (the analysis then goes without them)."""
+    read (the analysis then goes without them; why is added to WARNINGS)."""
     from tracekit.ingest.nccl_log import rank_layout, read_nccl_logs, ring_order
 
     folder = runfolder.nccl_log_dir(path)
@@ -148,7 +148,11 @@ def read_nccl(path: Path) -> NcclLogs | None:
         return None
     try:
         log = read_nccl_logs(folder)
-    except TracekitError:
+    except guarded_read.Unread as exc:  # a log that cannot be read: said, not silent
+        if warnings is not None:
+            warnings.append(f"NCCL logs not used: {exc}")
+        return None
+    except TracekitError:  # no NCCL lines in them: nothing to say
         return None
     return NcclLogs(log, rank_layout(log), ring_order(log), functools.partial(ring_order, log))
 
@@ -187,7 +191,7 @@ def assemble(
     if all(s.facts["start"] is None for s in scans):
         raise TracekitError("the traces hold no timed events", source.path)
 
-    nccl = read_nccl(source.path)
+    nccl = read_nccl(source.path, warnings)
     topology = node_of_ranks(
         [i.rank for i in infos],
         run.nodes if run is not None else None,
