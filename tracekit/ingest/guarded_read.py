@@ -30,6 +30,7 @@ from typing import Any
 
 from tracekit.errors import TracekitError
 
+
 class Unread(TracekitError):
     """An input file that was not read (not a regular file, over its size limit): a reader of
     files the analysis can do without turns it into a warning naming the file."""
