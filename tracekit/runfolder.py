@@ -286,7 +286,7 @@ def load_side_json(path: Path) -> tuple[Any | None, str | None]:
     if not os.path.lexists(path):
         return None, None
     try:
-        return guarded_read.load_json(path), None
+        return guarded_read.load_json(path, finite=False), None  # each figure is checked
     except TracekitError as exc:
         return None, f"{exc}; ignored"
 

@@ -175,11 +175,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def decode_json(data: bytes | bytearray, path: str | Path) -> Any:
-    """DATA as JSON: nesting bounded, NaN/Infinity refused, 1e400 refused (not inf)."""
+def decode_json(data: bytes | bytearray, path: str | Path, *, finite: bool = True) -> Any:
+    """DATA as JSON, nesting bounded. ``finite``: NaN, Infinity and 1e400 refused (what is
+    echoed into summary.json must stay valid JSON); else read as Python reads them, for readers
+    that check each figure (tracekit.ingest.contention_record: a NaN figure is unknown)."""
     check_depth(data, path)
+    strict: dict[str, Any] = (
+        {"parse_constant": _no_constant, "parse_float": _finite_float} if finite else {}
+    )
     try:
-        value = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(data, **strict)
     except RecursionError:  # MAX_DEPTH is well under the recursion limit: belt and braces
         raise TracekitError("JSON nested too deeply: not read", path) from None
     except (ValueError, TypeError) as exc:
@@ -202,9 +207,9 @@ def read_json_bytes(path: str | Path, limit: int = SIDE_FILE_BYTES) -> bytes:
     return data
 
 
-def load_json(path: str | Path, limit: int = SIDE_FILE_BYTES) -> Any:
+def load_json(path: str | Path, limit: int = SIDE_FILE_BYTES, *, finite: bool = True) -> Any:
     """PATH read (:func:`read_limited`) and decoded (:func:`decode_json`)."""
-    return decode_json(read_limited(path, limit), path)
+    return decode_json(read_limited(path, limit), path, finite=finite)
 
 
 #: ranks are 0 .. 2^31-1 (torch's int32, the Int32 rank column)
