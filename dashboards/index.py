@@ -36,6 +36,7 @@ from dashboards.runs import Runs
 from tracekit import figures as F
 from tracekit import runfolder, runname
 from tracekit.errors import TracekitError
+from tracekit.ingest import guarded_read
 from tracekit.summary import Summary, from_json
 
 UNKNOWN = "–"
@@ -137,8 +138,8 @@ def _disk_summary(path: Path, signature: tuple) -> Summary | None:
         mtime = file.stat().st_mtime_ns
         if any(m > mtime for _, m, _ in signature):
             return None
-        data = from_json(file.read_bytes())
-    except (OSError, ValueError):  # msgspec.ValidationError is a ValueError
+        data = from_json(guarded_read.read_json_bytes(file))  # no FIFO, /dev/zero, deep JSON
+    except (OSError, ValueError, TracekitError):  # msgspec.ValidationError is a ValueError
         return None
     if data.sampling is not None:
         return None  # a sampled analysis does not stand for the run

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tracekit import outputs, runfolder
 from tracekit.errors import TracekitError
+from tracekit.ingest import guarded_read
 from tracekit.summary import Summary, encode
 
 if TYPE_CHECKING:  # `tracekit analyze` imports this module before polars: it starts reading first
@@ -139,8 +140,8 @@ def is_analysis(folder: Path) -> bool:
         return False
     if MARKER in names:
         try:
-            listed = set(json.loads((folder / MARKER).read_text())["files"])
-        except (OSError, ValueError, KeyError, TypeError):
+            listed = set(guarded_read.load_json(folder / MARKER)["files"])
+        except (TracekitError, KeyError, TypeError):
             return False
         return _all_listed(folder, names - {MARKER}, listed) and (folder / MARKER).is_file()
     if "summary.json" not in names:

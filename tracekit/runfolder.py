@@ -80,10 +80,34 @@ def is_trace_file(path: Path) -> bool:
     return path.is_file() and name.endswith(TRACE_SUFFIXES) and not name.startswith(".")
 
 
-def find_trace_files(path: Path) -> list[Path]:
+def not_regular(path: Path) -> str | None:
+    """What PATH is, in words, when it is not a regular file once symlinks are followed ("a
+    FIFO", "a symbolic link to a character device (/dev/zero)"); None for a regular file."""
+    from tracekit.ingest.guarded_read import kind_of
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a symbolic link to nothing" if os.path.islink(path) else None
+    if stat.S_ISREG(mode):
+        return None
+    kind = kind_of(mode)
+    return f"a symbolic link to {kind} ({os.path.realpath(path)})" if os.path.islink(path) else kind
+
+
+def _skip(p: Path, skipped: list[str] | None) -> None:
+    """Note P, named like an input but not a regular file, for a warning: never skipped silently."""
+    what = not_regular(p)
+    if skipped is not None and what is not None and not p.name.startswith("."):
+        skipped.append(f"{p}: is {what}, not a regular file: not read")
+
+
+def find_trace_files(path: Path, skipped: list[str] | None = None) -> list[Path]:
     """The trace files PATH names: one file, a run folder's traces/, or a folder searched recursively.
 
     Our own outputs (analysis/, memory/, train/, nccl/, run.json) are never taken for traces.
+    Entries named like a trace that are not regular files (FIFOs, devices, sockets, folders,
+    links to them) are not read; each is added to SKIPPED as a warning line.
     """
     path = Path(path)
     if not is_folder(path):
@@ -94,7 +118,10 @@ def find_trace_files(path: Path) -> list[Path]:
         if not root.is_dir():
             return []
         _check_readable_dir(root)
-        return sorted(p for p in root.glob("*") if is_trace_file(p))
+        named = sorted(p for p in root.glob("*") if p.name.endswith(TRACE_SUFFIXES))
+        for p in named:
+            _skip(p, skipped)
+        return [p for p in named if is_trace_file(p)]
     skip = {"analysis", "memory", "train", "nccl", "logs"}
 
     def unreadable(exc: OSError) -> None:  # never skip a folder silently
@@ -109,8 +136,12 @@ def find_trace_files(path: Path) -> list[Path]:
             continue
         for name in sorted(names):
             p = Path(folder) / name
-            if is_trace_file(p) and name not in ("run.json", "summary.json"):
+            if name in ("run.json", "summary.json") or not name.endswith(TRACE_SUFFIXES):
+                continue
+            if is_trace_file(p):
                 files.append(p)
+            else:
+                _skip(p, skipped)
     return sorted(files)
 
 
@@ -136,17 +167,19 @@ def _check_readable_dir(folder: Path) -> None:
 
 def load_run_json(run: Path) -> dict[str, Any] | None:
     """run.json of a run folder, or None when PATH is not one; a damaged run.json is an error."""
+    from tracekit.ingest import guarded_read
+
     p = run_json_path(run)
-    if not p.is_file():
+    if not os.path.lexists(p):
         return None
     try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise TracekitError(f"cannot read run.json ({exc.strerror or exc})", p) from None
+        raw = guarded_read.read_limited(p)  # a FIFO, a link to /dev/zero: one line, no hang
+    except TracekitError as exc:
+        raise TracekitError(f"cannot read run.json: {exc.problem}", p) from None
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise TracekitError(f"run.json is damaged ({type(exc).__name__}: {exc})", p) from None
+        data = guarded_read.decode_json(raw, p)
+    except TracekitError as exc:
+        raise TracekitError(f"run.json is damaged ({exc.problem})", p) from None
     if not isinstance(data, dict):
         raise TracekitError("run.json is not a JSON object", p)
     problem = _run_json_problem(data)
@@ -206,6 +239,22 @@ def flight_recorder_dumps(path: Path) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def skipped_nccl_entries(path: Path) -> list[str]:
+    """Warnings for the entries of folder PATH's nccl/ named like a log (``*.log``, ``*.log.gz``,
+    ``*.txt``) that are not regular files: they are not read (dumps, ``*.json``, are refused
+    with a warning by the flight-recorder reader)."""
+    folder = nccl_dir(Path(path))
+    try:
+        entries = sorted(folder.iterdir()) if folder.is_dir() else []
+    except OSError:
+        return []
+    skipped: list[str] = []
+    for p in entries:
+        if p.name.endswith((".log", ".log.gz", ".txt")):
+            _skip(p, skipped)
+    return skipped
+
+
 def nccl_log_dir(path: Path) -> Path | None:
     """PATH/nccl/ when PATH is a folder whose nccl/ holds NCCL_DEBUG logs (*.log, *.log.gz,
     *.txt), else None."""
@@ -228,12 +277,18 @@ def memory_ranks(path: Path) -> set[int]:
     return {int(m.group(1)) for m in found if m}
 
 
-def load_json_if_present(path: Path) -> Any | None:
-    """A small JSON side file (memory/, train/) or None when absent or unreadable."""
+def load_side_json(path: Path) -> tuple[Any | None, str | None]:
+    """A small JSON side file (memory/, contention/): (its value, None), (None, None) when it is
+    absent, or (None, a warning naming it) when it cannot be read (tracekit.ingest.guarded_read:
+    a FIFO, a link to a device, too large, too deep, not JSON): the analysis goes without it."""
+    from tracekit.ingest import guarded_read
+
+    if not os.path.lexists(path):
+        return None, None
     try:
-        return json.loads(Path(path).read_bytes())
-    except (OSError, ValueError):
-        return None
+        return guarded_read.load_json(path, finite=False), None  # each figure is checked
+    except TracekitError as exc:
+        return None, f"{exc}; ignored"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
+from tracekit.ingest import guarded_read
+
 if TYPE_CHECKING:
     from tracekit.events import DType
     from tracekit.ingest.flight_recorder import FlightRecord
@@ -289,9 +291,10 @@ def _parse_ranks(text: str | None) -> list[int] | None:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a string from the trace's args, not a file
         return None
-    return sorted(int(r) for r in value) if isinstance(value, list) and value else None
+    ranks = guarded_read.rank_list(value)  # not ints, negative or past 2^31: no hint
+    return sorted(ranks) if ranks else None
 
 
 def attribute(

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tracekit.errors import TracekitError
+from tracekit.errors import TracekitError, printable
 from tracekit.ingest.read_options import ReadOptions
 
 
@@ -161,12 +161,12 @@ def analyze_cmd(
         read_ahead.discard()
     for w in result.summary.warnings:
         tables.err.print(
-            f"[yellow]warning:[/] {escape(w)}", highlight=False, markup=True
-        )  # text, never markup
+            f"[yellow]warning:[/] {escape(printable(w))}", highlight=False, markup=True
+        )  # text, never markup, never a raw escape character
     from tracekit.cli.why import diagnosis_lines
 
     for line in diagnosis_lines(result.summary):  # the diagnosis heads the output
-        tables.out().print(line, highlight=False, markup=False)
+        tables.out().print(printable(line), highlight=False, markup=False)
     tables.out().print(tables.rank_table(result.summary))
     if (pipe := tables.pipeline_table(result.summary)) is not None:
         tables.out().print(pipe)

@@ -7,7 +7,6 @@ with free communication as a dashed line and the knee (docs/predict.md) marked o
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -94,11 +93,12 @@ def sweep_for(analysis: Any) -> dict[str, Any] | None:
     """The run's prediction with a sweep: RUN/analysis/prediction.json when it has one, else
     the default sweep computed here (nothing written). None when the run has no matched calls."""
     from tracekit.errors import TracekitError
+    from tracekit.ingest import guarded_read
 
     try:
         saved = P.default_output(Path(analysis.path))
         if saved.is_file():
-            pred = json.loads(saved.read_text())
+            pred = guarded_read.load_json(saved)
             if isinstance(pred, dict) and pred.get("sweep"):
                 return pred
     except (OSError, ValueError, TracekitError):

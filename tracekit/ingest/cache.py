@@ -45,6 +45,7 @@ from tracekit import outputs
 from tracekit._version import __version__
 from tracekit.errors import TracekitError
 from tracekit.events import EVENT_SCHEMA
+from tracekit.ingest import guarded_read
 from tracekit.ingest.cache_paths import (
     SUFFIX,
     beside,
@@ -119,12 +120,12 @@ def _crc(trace: Path, st: os.stat_result) -> int | None:
             return _crc_memo[memo]
     crc = 0
     try:
-        with open(trace, "rb", buffering=0) as f:
+        with os.fdopen(guarded_read.open_regular(trace), "rb", buffering=0) as f:
             buf = bytearray(_CHUNK)
             view = memoryview(buf)
             while n := f.readinto(buf):
                 crc = zlib.crc32(view[:n], crc)  # ~1.6 GB/s, without the GIL
-    except OSError:
+    except (OSError, TracekitError):
         return None
     with _crc_lock:
         _crc_memo[memo] = crc

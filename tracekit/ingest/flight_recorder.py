@@ -57,6 +57,8 @@ import polars as pl
 from tracekit import runfolder
 from tracekit.errors import TracekitError
 from tracekit.events import DType
+from tracekit.ingest import guarded_read
+from tracekit.ingest.kineto_files import max_trace_bytes
 
 NOT_JSON = "flight-recorder dump is not JSON (pickled dumps are never loaded)"
 
@@ -225,14 +227,13 @@ class FlightRecord:
 
 # -- decoding -----------------------------------------------------------------------------------
 def _read_bytes(path: Path) -> bytes:
+    """The dump's bytes through the guarded reader: a FIFO, a link to /dev/zero or a dump over
+    the trace size limit is one line, never a hang or MemoryError."""
+    limit, _ = max_trace_bytes()
     try:
-        return path.read_bytes()
-    except IsADirectoryError:
-        raise TracekitError("is a folder, not a flight-recorder dump", path) from None
-    except OSError as exc:
-        raise TracekitError(
-            f"cannot read flight-recorder dump ({exc.strerror or exc})", path
-        ) from None
+        return guarded_read.read_limited(path, limit)
+    except TracekitError as exc:
+        raise TracekitError(f"flight-recorder dump not read: {exc.problem}", path) from None
 
 
 def _decode(path: Path, data: bytes) -> _Dump:
@@ -242,6 +243,7 @@ def _decode(path: Path, data: bytes) -> _Dump:
         raise TracekitError("flight-recorder dump is empty", path)
     if head not in (b"{", b"["):
         raise TracekitError(NOT_JSON, path)
+    guarded_read.check_depth(data, path)  # msgspec recurses once per level
     try:
         try:
             dump: _Dump = msgspec.json.decode(data, type=_TypedDump)

@@ -54,6 +54,8 @@ class RankPiece:
     """Flight-recorder dumps whose file name names this rank (``fr_rank<R>.json``)."""
     contention: ContentionCounts | None = None
     """contention/rank<R>.json; None without one (foreign traces, older runs)."""
+    warnings: tuple[str, ...] = ()
+    """Side files that could not be read (each named): the analysis went without them."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import stat
 import threading
 import zlib
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TracekitError
-from tracekit.ingest import read_ahead
+from tracekit.ingest import guarded_read, read_ahead
 
 MAX_BYTES_ENV = "TRACEKIT_MAX_TRACE_BYTES"
 #: parsing holds about 6.7 bytes of memory per byte of JSON (peak RSS growth measured on
@@ -235,15 +234,10 @@ def read_bytes(path: Path) -> bytes | bytearray:
 
 def _read_now(path: Path) -> bytes | bytearray:
     limit, why = max_trace_bytes()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block us
-    except OSError as exc:
-        raise TracekitError(f"cannot read the file ({exc.strerror or exc})", path) from None
+    fd = guarded_read.open_regular(path)  # regular files only: a FIFO never blocks us
     with os.fdopen(fd, "rb") as f:
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise TracekitError("not a regular file", path)
             head = f.read(2)
             gz = head == b"\x1f\x8b"
             hint = 0
@@ -280,7 +274,11 @@ HEAD_BYTES = 1 << 16
 def read_head(path: Path, head_bytes: int = HEAD_BYTES) -> bytes | None:
     """The first ``head_bytes`` of a trace's JSON (gunzipped), or None when it cannot be read."""
     try:
-        with open(path, "rb") as f:
+        fd = guarded_read.open_regular(path)
+    except TracekitError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
             head = f.read(head_bytes)
             if head[:2] == b"\x1f\x8b":  # gzip: inflate until head_bytes of JSON are out
                 inflate = zlib.decompressobj(wbits=31)

@@ -24,6 +24,7 @@ import msgspec
 import polars as pl
 
 from tracekit.errors import TracekitError
+from tracekit.ingest import guarded_read
 from tracekit.ingest.kineto_decode import RawArgs, Trace, full_args, series
 from tracekit.ingest.kineto_files import HEAD_BYTES, read_head
 from tracekit.runfolder import rank_from_filename
@@ -92,6 +93,8 @@ def trace_meta(trace: Trace, warnings: list[str]) -> dict[str, Any]:
     if pg_config is None:
         warnings.append("distributedInfo.pg_config is not a list of objects; ignored")
         pg_config = ()
+    world = _as_int(dist.get("world_size"), 1, _RANK_LIMIT + 1)
+    pg_config = tuple(_checked_group(g, world, warnings) for g in pg_config)
     devices = _dicts(trace.deviceProperties)
     if devices is None:
         warnings.append("deviceProperties is not a list of objects; ignored")
@@ -107,13 +110,41 @@ def trace_meta(trace: Trace, warnings: list[str]) -> dict[str, Any]:
     backend, host = dist.get("backend"), trace.host_name
     return {
         "rank": rank,
-        "world_size": _as_int(dist.get("world_size"), 1, _RANK_LIMIT + 1),
+        "world_size": world,
         "backend": backend if isinstance(backend, str) else None,
         "host_name": host if isinstance(host, str) else None,
         "base_ns": base_ns,
         "pg_config": pg_config,
         "device_properties": devices,
     }
+
+
+def _checked_group(group: dict, world: int | None, warnings: list[str]) -> dict:
+    """GROUP (one pg_config entry) with the numbers that size or index something range-checked
+    first: a pg_size that is not a count of ranks of this world (2^31, 2^63), or ranks outside the
+    world or not ints (``[0, 5]`` of a world of 2, ``[0, "x"]``), are dropped with a warning."""
+    out = dict(group)
+    name = str(group.get("pg_name"))[:40]
+    size = group.get("pg_size")
+    top = (world if world is not None else _RANK_LIMIT) + 1
+    if size is not None and guarded_read.in_range(size, 1, top) is None:
+        warnings.append(
+            f"distributedInfo.pg_config group {name!r}: pg_size {str(size)[:40]!r} is not a "
+            f"group size{_of_world(world)}; ignored"
+        )
+        del out["pg_size"]
+    ranks = group.get("ranks")
+    if ranks not in (None, []) and guarded_read.rank_list(ranks, world) is None:
+        warnings.append(
+            f"distributedInfo.pg_config group {name!r}: ranks {str(ranks)[:60]!r} are not "
+            f"ranks{_of_world(world)}; ignored"
+        )
+        del out["ranks"]
+    return out
+
+
+def _of_world(world: int | None) -> str:
+    return f" of a world of {world}" if world is not None else ""
 
 
 def uniform_group_size(pg_config: Sequence[dict]) -> int | None:

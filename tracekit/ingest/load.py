@@ -33,7 +33,7 @@ import polars as pl
 from tracekit import runfolder
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events
-from tracekit.ingest import foreign
+from tracekit.ingest import foreign, guarded_read
 from tracekit.ingest.contention_record import ContentionCounts
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece
@@ -63,6 +63,8 @@ class Source:
     """rank -> the dumps whose file name names it (``fr_rank<R>.json``)."""
     memory_ranks: frozenset[int]
     """Ranks with a memory/rank<R>.json."""
+    skipped: tuple[str, ...] = ()
+    """Warnings: entries named like a trace or an NCCL log that are not regular files."""
 
     def named_ranks(self) -> set[int]:
         """Ranks that have a file of their own besides the trace: a memory count or a dump."""
@@ -75,7 +77,10 @@ def locate(path: str | Path) -> Source:
     folder = runfolder.is_folder(path)
     data = runfolder.load_run_json(path) if folder else None
     run = RunRecord.from_json(data) if data is not None else None
-    found = runfolder.find_trace_files(path)
+    skipped: list[str] = []
+    found = runfolder.find_trace_files(path, skipped)
+    if folder:
+        skipped += runfolder.skipped_nccl_entries(path)
     if not found and run is not None:
         raise TracekitError(
             f"no traces in {runfolder.traces_dir(path).name}/: no rank wrote one "
@@ -98,6 +103,7 @@ def locate(path: str | Path) -> Source:
         dumps=dumps,
         dumps_of={r: tuple(d) for r, d in dumps_of.items()},
         memory_ranks=frozenset(runfolder.memory_ranks(path) if folder else ()),
+        skipped=tuple(skipped),
     )
 
 
@@ -116,19 +122,25 @@ def load_rank(source: Source, rank: int) -> RankPiece:
     non-empty JSON object), the flight-recorder dumps named for the rank, and
     contention/rank<R>.json (run folders only)."""
     memory = contention = None
+    warnings: list[str] = []
     if source.folder and rank in source.memory_ranks:
-        data = runfolder.load_json_if_present(runfolder.memory_path(source.path, rank))
+        where = runfolder.memory_path(source.path, rank)
+        data, problem = runfolder.load_side_json(where)
         memory = MemoryCounts.from_json(data) if isinstance(data, dict) and data else None
+        warnings += [problem] if problem else []
+        if isinstance(data, dict):
+            warnings += [f"{where}: {p}" for p in MemoryCounts.problems(data)]
     if source.folder and source.run is not None:  # only our runs meter themselves
-        data = runfolder.load_json_if_present(runfolder.contention_path(source.path, rank))
+        data, problem = runfolder.load_side_json(runfolder.contention_path(source.path, rank))
         contention = ContentionCounts.from_json(data) if isinstance(data, dict) else None
+        warnings += [problem] if problem else []
     dumps = tuple(read_dump(p) for p in source.dumps_of.get(rank, ()))
-    return RankPiece(rank, memory, dumps, contention)
+    return RankPiece(rank, memory, dumps, contention, tuple(warnings))
 
 
-def read_nccl(path: Path) -> NcclLogs | None:
+def read_nccl(path: Path, warnings: list[str] | None = None) -> NcclLogs | None:
     """The NCCL_DEBUG logs of folder PATH's nccl/, parsed; None without any, or when none can be
-    read (the analysis then goes without them)."""
+    read (the analysis then goes without them; why is added to WARNINGS)."""
     from tracekit.ingest.nccl_log import rank_layout, read_nccl_logs, ring_order
 
     folder = runfolder.nccl_log_dir(path)
@@ -136,7 +148,11 @@ def read_nccl(path: Path) -> NcclLogs | None:
         return None
     try:
         log = read_nccl_logs(folder)
-    except TracekitError:
+    except guarded_read.Unread as exc:  # a log that cannot be read: said, not silent
+        if warnings is not None:
+            warnings.append(f"NCCL logs not used: {exc}")
+        return None
+    except TracekitError:  # no NCCL lines in them: nothing to say
         return None
     return NcclLogs(log, rank_layout(log), ring_order(log), functools.partial(ring_order, log))
 
@@ -162,7 +178,7 @@ def assemble(
         if scans
         else empty_events()
     )
-    warnings: list[str] = list(selection.warnings)
+    warnings: list[str] = list(source.skipped) + list(selection.warnings)
     for info in infos:
         warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
     missing = None if subset else foreign.missing_ranks_warning(infos, run)
@@ -175,7 +191,7 @@ def assemble(
     if all(s.facts["start"] is None for s in scans):
         raise TracekitError("the traces hold no timed events", source.path)
 
-    nccl = read_nccl(source.path)
+    nccl = read_nccl(source.path, warnings)
     topology = node_of_ranks(
         [i.rank for i in infos],
         run.nodes if run is not None else None,
@@ -190,6 +206,8 @@ def assemble(
     order = [brought.get(p) or read_dump(p) for p in source.dumps]
     for dump in order:
         warnings.extend(dump.warnings)
+    for piece in pieces:
+        warnings.extend(piece.warnings)
     return Job(
         path=source.path,
         run=run,

@@ -18,9 +18,11 @@ logs cover only part of the job.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import io
+import os
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +33,9 @@ import polars as pl
 
 from tracekit import runfolder
 from tracekit.errors import TracekitError
+from tracekit.ingest import guarded_read
 from tracekit.ingest import nccl_lines as lines
+from tracekit.ingest.kineto_files import MAX_BYTES_ENV, max_trace_bytes
 from tracekit.ingest.nccl_placement import derive
 from tracekit.ingest.nccl_records import Parser
 
@@ -207,24 +211,41 @@ def _complete_expr() -> pl.Expr:
     ).fill_null(False)
 
 
-def _open(path: Path) -> io.BufferedIOBase:
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[io.BufferedIOBase]:
+    """The log through the guarded reader's open: regular files only (a FIFO never blocks)."""
     try:
-        if path.name.endswith(".gz"):
-            return gzip.open(path, "rb")
-        return open(path, "rb")
-    except OSError as exc:
-        raise TracekitError(f"cannot read NCCL log ({exc.strerror or exc})", path) from None
+        fd = guarded_read.open_regular(path)
+    except TracekitError as exc:
+        raise guarded_read.Unread(f"NCCL log not read: {exc.problem}", path) from None
+    with os.fdopen(fd, "rb") as raw:
+        if not path.name.endswith(".gz"):
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw, mode="rb") as f:
+            yield cast(io.BufferedIOBase, f)
 
 
-def _raw_lines(f: io.BufferedIOBase, parser: Parser) -> Iterator[bytes]:
-    """Lines as bytes; an over-long run without a newline is skipped and counted."""
+def _raw_lines(f: io.BufferedIOBase, parser: Parser, path: Path) -> Iterator[bytes]:
+    """Lines as bytes; an over-long run without a newline is skipped and counted. At most the
+    trace size limit is read (a gzip bomb of a log stops there: one line, not hours)."""
+    limit, _ = max_trace_bytes()
+    total = 0
     while True:
         chunk = f.readline(_MAX_LINE)
+        total += len(chunk)
+        if total > limit:
+            raise guarded_read.Unread(
+                f"NCCL log not read: more than {limit / 1e9:.2f} GB of text, over the trace "
+                f"size limit ({MAX_BYTES_ENV})",
+                path,
+            )
         if not chunk:
             return
         if len(chunk) == _MAX_LINE and not chunk.endswith(b"\n"):
             while chunk and not chunk.endswith(b"\n"):
                 chunk = f.readline(_MAX_LINE)
+                total += len(chunk)
             parser.long_lines += 1
             continue
         yield chunk
@@ -236,7 +257,7 @@ def _parse_file(path: Path, idx: int, parser: Parser) -> int:
     name = str(path)
     with _open(path) as f:
         try:
-            for lineno, raw in enumerate(_raw_lines(f, parser), 1):
+            for lineno, raw in enumerate(_raw_lines(f, parser, path), 1):
                 if not raw.isascii():
                     try:
                         raw.decode("utf-8")

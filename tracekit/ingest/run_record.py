@@ -14,6 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracekit.ingest.guarded_read import in_range, rank_list
+
+#: a byte count past this is not one (no machine holds 2^62 bytes); it would overflow Int64 sums
+BYTES_LIMIT = 2**62
+
 
 def _int(value: Any) -> int | None:
     """int(value) for a truthy value that converts, else None."""
@@ -73,7 +78,7 @@ class RunConfig:
             process_groups=tuple(
                 g
                 for g in (groups if isinstance(groups, list) else [])
-                if isinstance(g, dict) and isinstance(g.get("ranks"), list)
+                if isinstance(g, dict) and rank_list(g.get("ranks")) is not None
             ),
             options=opts,
         )
@@ -173,12 +178,20 @@ class MemoryCounts:
     activation_bytes_per_microbatch: int | None = None
     """Pipelines: activation bytes one microbatch keeps alive on the stage."""
 
+    @staticmethod
+    def problems(data: Mapping[str, Any]) -> list[str]:
+        """The counts that are numbers but not byte counts (negative, 2^63, 1e400 read as
+        float): each named with its figure; :meth:`from_json` leaves them unknown."""
+        return [
+            f"{k} {str(v)[:40]} is not a byte count; ignored"
+            for k in MEMORY_KEYS
+            if isinstance(v := data.get(k), (int, float))
+            and not isinstance(v, bool)
+            and in_range(v, 0, BYTES_LIMIT) is None
+        ]
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MemoryCounts:
         return cls(
-            **{
-                k: v
-                for k in MEMORY_KEYS
-                if isinstance(v := data.get(k), int) and not isinstance(v, bool)
-            }
+            **{k: v for k in MEMORY_KEYS if in_range(v := data.get(k), 0, BYTES_LIMIT) is not None}
         )
