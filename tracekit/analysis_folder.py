@@ -245,14 +245,13 @@ def _make_folders(folder: Path) -> list[Path]:
 def _listed_files(folder: Path) -> list[str]:
     """What the marker of analysis folder FOLDER lists; for one from before the marker, its
     files as the marker would list them (``cache/<entry>`` for its old cache)."""
-    try:
-        return list(json.loads((folder / MARKER).read_text())["files"])
-    except FileNotFoundError:
-        return sorted(
-            f"{p.parent.name}/{p.name}" if p.parent != folder else p.name
-            for p in folder.rglob("*")
-            if p.is_file()
-        )
+    if (folder / MARKER).exists():
+        return list(guarded_read.load_json(folder / MARKER)["files"])
+    return sorted(
+        f"{p.parent.name}/{p.name}" if p.parent != folder else p.name
+        for p in folder.rglob("*")
+        if p.is_file()
+    )
 
 
 def _write_atomic(path: Path, text: str) -> None:
