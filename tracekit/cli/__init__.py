@@ -57,13 +57,20 @@ def cli() -> None:
 @click.argument("root", required=False, type=click.Path(path_type=Path), default=Path("runs"))
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True)
-def dash_cmd(root: Path, host: str, port: int) -> None:
+@click.option(
+    "--analysis-timeout",
+    type=click.FloatRange(1, 86400),
+    default=300,
+    show_default=True,
+    help="Seconds a run's analysis may take; a run that takes longer is shown as failed.",
+)
+def dash_cmd(root: Path, host: str, port: int, analysis_timeout: float) -> None:
     """Serve the Dash app over the run folders and trace folders under ROOT (default ./runs)."""
     if not root.is_dir():
         raise TracekitError("no such folder (give the folder holding your run folders)", root)
     from dashboards.app import serve
 
-    serve(root, host=host, port=port)
+    serve(root, host=host, port=port, analysis_timeout=analysis_timeout)
 
 
 def click_problem(exc: click.ClickException) -> str:
