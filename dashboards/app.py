@@ -64,6 +64,7 @@ class TracekitApp(Dash):
     """A Dash app that also holds the runs it serves (for tests and embedding)."""
 
     tracekit_runs: Runs
+    tracekit_summaries: index.Summaries
 
 
 def create_app(
@@ -97,6 +98,7 @@ def create_app(
         serve_locally=True,
     )
     app.tracekit_runs = runs  # for tests and embedding
+    app.tracekit_summaries = summaries
     plotly_js.install(app)
     warm()
     app.layout = html.Div(
