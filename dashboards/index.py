@@ -154,7 +154,9 @@ INDEX_WORKERS = 3
 #: quick ones show at once, the others as "analysing…" until a poll finds them done
 QUICK_S = 0.5
 
-Found = tuple[dict | None, Summary | str]  # run.json (None: none or unreadable), the summary or why not
+Found = tuple[
+    dict | None, Summary | str
+]  # run.json (None: none or unreadable), the summary or why not
 
 
 class Summaries:

@@ -101,7 +101,9 @@ class Pool:
 
     def _top_up(self) -> None:
         """Start threads up to ``workers`` live ones, within the bound on stuck ones (locked)."""
-        while self._live < self.workers and self._live + self._stuck < self.workers + self.max_stuck:
+        while (
+            self._live < self.workers and self._live + self._stuck < self.workers + self.max_stuck
+        ):
             self._live += 1
             self._started += 1
             threading.Thread(
