@@ -154,9 +154,8 @@ INDEX_WORKERS = 3
 #: quick ones show at once, the others as "analysing…" until a poll finds them done
 QUICK_S = 0.5
 
-Found = tuple[
-    dict | None, Summary | str
-]  # run.json (None: none or unreadable), the summary or why not
+# run.json (None: none or unreadable), and the summary or why there is none
+Found = tuple[dict | None, Summary | str]
 
 
 class Summaries:
