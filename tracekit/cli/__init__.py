@@ -94,24 +94,67 @@ def click_problem(exc: click.ClickException) -> str:
     return f"{what}: {text}" if what else text
 
 
+def _inputs(argv: list[str]) -> str | None:
+    """The paths the command line names (its arguments that exist), for a one-line error that
+    comes from no particular file (out of memory)."""
+    paths = [a for a in argv[1:] if not a.startswith("-") and os.path.lexists(a)]
+    return ", ".join(paths) or None
+
+
+def _at_inputs(argv: list[str], line: str) -> str:
+    where = _inputs(argv)
+    return f"{where}: {line}" if where else line
+
+
+def _out_of_memory(argv: list[str], what: str) -> str:
+    return _at_inputs(
+        argv,
+        f"out of memory ({what}); analyse fewer ranks at once (--ranks, --sample) "
+        "or give the process more memory",
+    )
+
+
+def _problem(text: str) -> None:
+    """``tracekit: TEXT`` on stderr, one line, control characters shown escaped (a path named
+    with a terminal escape is shown, never sent: tracekit.cli.tables.safe)."""
+    from tracekit.cli.tables import safe
+
+    print(f"tracekit: {safe(text)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors, exit status 2 on bad input."""
+    args = sys.argv[1:] if argv is None else argv
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
     except TracekitError as exc:
-        print(f"tracekit: {exc}", file=sys.stderr)
+        _problem(str(exc))
         sys.exit(2)
     except click.exceptions.Abort:
-        print("tracekit: interrupted", file=sys.stderr)
+        _problem("interrupted")
         sys.exit(130)
     except click.ClickException as exc:
-        print(f"tracekit: {click_problem(exc)}", file=sys.stderr)
+        _problem(click_problem(exc))
         sys.exit(2)
     except KeyboardInterrupt:
-        print("tracekit: interrupted", file=sys.stderr)
+        _problem("interrupted")
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except MemoryError:
+        _problem(_out_of_memory(args, "MemoryError"))
+        sys.exit(2)
+    except BaseException as exc:
+        # polars panics as pyo3_runtime.PanicException, a BaseException (so that no `except
+        # Exception` swallows it) of a module that cannot be imported: known by its name
+        if type(exc).__name__ != "PanicException":
+            raise
+        first = " ".join(str(exc).split("\n", 1)[0].split())[:200]
+        if any(w in first.lower() for w in ("alloc", "memory", "capacity overflow")):
+            _problem(_out_of_memory(args, f"polars: {first}"))
+        else:
+            _problem(_at_inputs(args, f"polars failed ({first})"))
+        sys.exit(2)
     sys.exit(0)
 
 
