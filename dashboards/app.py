@@ -9,7 +9,8 @@
 - dashboards.pool: analyses in bounded pools, each failed after ``analysis_timeout`` seconds,
   so one run whose read never returns blocks neither the index nor its own page request;
 - dashboards.pages: the pages, one registry line each; dashboards.index: the runs table of ``/``;
-- dashboards.plotly_js: the plotly.js bundle served, preloaded and started early.
+- dashboards.plotly_js: the plotly.js bundle served, preloaded and started early;
+- dashboards.guard: a malformed callback request answered 4xx in one line, never a traceback.
 
 The run is chosen by ``?run=<path relative to ROOT>``; the dropdown rewrites the URL, so every
 view can be bookmarked. The routing callback below shows the page of the URL's path for the
@@ -27,7 +28,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from dashboards import index, plotly_js
+from dashboards import guard, index, plotly_js
 from dashboards.pages import PAGES
 from dashboards.pages.common import View, guarded, nodata, runs_from_search, search_for
 from dashboards.pages.timeline import warm
@@ -97,6 +98,7 @@ def create_app(
         assets_folder=str(Path(__file__).with_name("assets")),
         serve_locally=True,
     )
+    guard.install(app)  # a malformed callback request: a 4xx and one line, never a 500
     app.tracekit_runs = runs  # for tests and embedding
     app.tracekit_summaries = summaries
     plotly_js.install(app)

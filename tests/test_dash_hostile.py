@@ -100,10 +100,10 @@ def hostile_root(tmp_path_factory) -> Iterator[tuple[Path, list[Path]]]:
     _release(fifos)
 
 
-def _post(url: str, body: dict, timeout: float) -> tuple[int, str]:
+def _post(url: str, body: dict | bytes, timeout: float) -> tuple[int, str]:
     req = urllib.request.Request(
         url + "/_dash-update-component",
-        data=json.dumps(body).encode() if not isinstance(body, bytes) else body,
+        data=body if isinstance(body, bytes) else json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
     try:
@@ -283,3 +283,69 @@ def test_the_index_in_chromium_fills_in_beside_a_fifo_run(hostile_root):
             assert "Traceback" not in text
         finally:
             browser.close()
+
+
+def _valid_page_body() -> dict:
+    return {
+        "output": PAGE_OUT,
+        "outputs": PAGE_OUTPUTS,
+        "inputs": [
+            {"id": "url", "property": "pathname", "value": "/"},
+            {"id": "url", "property": "search", "value": ""},
+        ],
+        "changedPropIds": ["url.pathname"],
+    }
+
+
+def _crafted() -> dict[str, bytes]:
+    """Callback requests a browser running the app never sends, each raising inside Dash before."""
+    page = _valid_page_body()
+
+    def with_(**changes: object) -> bytes:
+        return json.dumps({**page, **changes}).encode()
+
+    return {
+        "not JSON": b"{not json",
+        "empty": b"",
+        "a JSON list": b"[1, 2]",
+        "a JSON string": b'"output"',
+        "an empty object": b"{}",
+        "an unknown output": with_(output="nope.children", outputs={"id": "nope"}),
+        "an output that is a number": with_(output=5),
+        "an output id that is an object": with_(output='{"a":1}.children'),
+        "fewer outputs": with_(outputs=PAGE_OUTPUTS[:1]),
+        "inputs a number": with_(inputs=5),
+        "inputs without property": with_(inputs=[{"id": "url"}, {"id": "url"}]),
+        "one input too many": with_(inputs=[*page["inputs"], page["inputs"][0]]),
+        "changedPropIds a string": with_(changedPropIds="url.pathname"),
+        "nested 100,000 deep": b'{"output":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "30 MB long": b'{"output":"' + b"x" * (30 << 20) + b'"}',
+        "not UTF-8": b'{"output":"\xff\xfe"}',
+    }
+
+
+def test_malformed_callbacks_get_a_4xx_and_one_line(tmp_path: Path, capfd):
+    from dashboards.app import create_app
+
+    shutil.copytree(SAMPLES / "dp", tmp_path / "dp", ignore=shutil.ignore_patterns("analysis"))
+    app = create_app(tmp_path)
+    with serve_flask(app.server) as url:
+        capfd.readouterr()
+        for name, body in _crafted().items():
+            code, text = _post(url, body, timeout=60)
+            assert 400 <= code < 500, (name, code, text[:300])
+            assert len(text) < 300 and "Traceback" not in text and "<html" not in text, name
+            assert text.count("\n") == 1, (name, text)
+        # the app still answers the real thing
+        code, text = _post(url, _valid_page_body(), timeout=60)
+        assert code == 200 and "dp" in text
+        # and other mistakes answer a line too: unknown scripts and assets
+        for path in ("/_dash-component-suites/nope/x.js", "/assets/nope.css"):
+            try:
+                urllib.request.urlopen(url + path, timeout=30)
+                raise AssertionError(f"{path} answered 2xx")
+            except urllib.error.HTTPError as exc:
+                body = exc.read().decode()
+                assert 400 <= exc.code < 500 and "<html" not in body, (path, exc.code, body)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and 'File "' not in err, err[-3000:]
