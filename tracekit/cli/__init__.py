@@ -11,6 +11,7 @@ Progress and logs go to stderr; results (tables, the run folder's path) to stdou
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -114,6 +115,27 @@ def _out_of_memory(argv: list[str], what: str) -> str:
     )
 
 
+def _memory_failure(exc: BaseException) -> str | None:
+    """What says EXC (or an exception it was raised from) is memory running out, or None: under a
+    memory limit a library's import fails to map its code ("failed to map segment from shared
+    object", an ImportError), mmap fails with ENOMEM, a thread gets no stack."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e)
+        if isinstance(e, MemoryError):
+            return "MemoryError"
+        if isinstance(e, ImportError) and "failed to map segment" in text:
+            return "a library's code could not be mapped"
+        if isinstance(e, OSError) and e.errno == errno.ENOMEM:
+            return "ENOMEM"
+        if isinstance(e, RuntimeError) and "can't start new thread" in text:
+            return "no memory for another thread"
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _problem(text: str) -> None:
     """``tracekit: TEXT`` on stderr, one line, control characters shown escaped (a path named
     with a terminal escape is shown, never sent: tracekit.cli.tables.safe)."""
@@ -145,6 +167,10 @@ def main(argv: list[str] | None = None) -> None:
         _problem(_out_of_memory(args, "MemoryError"))
         sys.exit(2)
     except BaseException as exc:
+        why = _memory_failure(exc)
+        if why is not None:
+            _problem(_out_of_memory(args, why))
+            sys.exit(2)
         # polars panics as pyo3_runtime.PanicException, a BaseException (so that no `except
         # Exception` swallows it) of a module that cannot be imported: known by its name
         if type(exc).__name__ != "PanicException":
