@@ -144,9 +144,25 @@ def _problem(text: str) -> None:
     print(f"tracekit: {safe(text)}", file=sys.stderr)
 
 
+def _line_on_abort(argv: list[str]) -> None:
+    """A library that aborts (Rust, when an allocation fails under a memory limit) ends the
+    process with our line and status 2, after the library's own line (tracekit/ingest/_kscan.c)."""
+    from tracekit.cli.tables import safe
+
+    try:
+        from tracekit.ingest import _kscan
+    except ImportError:  # not built: the msgspec path reads traces, and an abort stays one
+        return
+    why = "a library aborted with SIGABRT, as Rust does when an allocation fails"
+    line = f"tracekit: {safe(_out_of_memory(argv, why))}\n"
+    _kscan.abort_line(line.encode("utf-8", "backslashreplace"))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors, exit status 2 on bad input."""
     args = sys.argv[1:] if argv is None else argv
+    if argv is None:  # the program itself, not a caller embedding it
+        _line_on_abort(args)
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
     except TracekitError as exc:
