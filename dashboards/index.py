@@ -178,6 +178,8 @@ class Summaries:
 
         run = runname.load_run(path)
         with self._lock:
+            for old in [k for k in self._run_of if k[0] == key[0]]:
+                del self._run_of[old]
             self._run_of[key] = run
         found = _disk_summary(path, key[1])
         if found is None:

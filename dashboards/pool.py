@@ -10,8 +10,9 @@ longer than N s") and the others go on:
   an analysis pool) ends at its next check and its thread comes back;
 - its thread is written off and a new one started in its place, so a read that never checks
   (``open()`` of a FIFO blocks in the kernel; a Python thread cannot be killed) costs one
-  idle thread, not a worker. At most ``max_stuck`` threads are written off at a time; with
-  that many stuck, no more are started and jobs fail at once, saying so (restart the app).
+  idle thread, not a worker. At most ``workers + max_stuck`` threads exist: with that many
+  stuck, none is started in their place and jobs fail at once, saying so (restart the app);
+  a stuck read that returns ends its thread, and the pool takes jobs again.
 
 A job is deduplicated by its key while it is queued or running; what it returned, or why it
 failed (one line), is the caller's to keep.

@@ -349,3 +349,31 @@ def test_malformed_callbacks_get_a_4xx_and_one_line(tmp_path: Path, capfd):
                 assert 400 <= exc.code < 500 and "<html" not in body, (path, exc.code, body)
     err = capfd.readouterr().err
     assert "Traceback" not in err and 'File "' not in err, err[-3000:]
+
+
+def test_the_pool_bounds_the_threads_stuck_in_reads(tmp_path: Path):
+    """Reads of FIFOs nobody writes, on a pool of 1 worker that may write off 2 threads: each
+    is failed at the timeout and its thread replaced, until 3 are stuck; then jobs fail at once,
+    saying why, instead of queueing forever; once the reads return the pool works again."""
+    from dashboards.pool import Pool
+
+    fifos = [tmp_path / f"fifo{i}" for i in range(3)]
+    for f in fifos:
+        os.mkfifo(f)
+    pool = Pool(workers=1, timeout_s=0.5, name="test-pool", max_stuck=2)
+    try:
+        stuck = [pool.submit(f, lambda f=f: f.read_bytes()) for f in fifos]
+        for job in stuck:
+            assert job.wait(30), "a job stuck in its read was never failed"
+            assert job.timed_out and job.error == "analysis took longer than 0.5 s"
+        assert pool._stuck == 3 and pool._live == 0
+        refused = pool.submit("after", lambda: 42)
+        assert refused.done and "3 analyses are stuck" in (refused.error or ""), refused.error
+    finally:
+        _release(fifos)
+    deadline = time.monotonic() + 30
+    while pool._stuck and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool._stuck == 0 and pool._live == 1
+    again = pool.submit("again", lambda: 42)
+    assert again.wait(30) and again.value == 42 and again.error is None
