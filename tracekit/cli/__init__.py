@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         if type(exc).__name__ != "PanicException":
             raise
         first = " ".join(str(exc).split("\n", 1)[0].split())[:200]
-        if any(w in first.lower() for w in ("alloc", "memory", "capacity overflow")):
+        if any(w in first.lower() for w in ("alloc", "memory", "capacity overflow", "spawn")):
             _problem(_out_of_memory(args, f"polars: {first}"))
         else:
             _problem(_at_inputs(args, f"polars failed ({first})"))
