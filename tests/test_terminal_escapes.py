@@ -115,10 +115,11 @@ def test_analyze_and_report_on_a_terminal(folders: Path, tmp_path: Path):
 
 
 def test_an_error_line_names_the_path_escaped(folders: Path):
-    missing = folders / ("gone\x1b]0;pwned\x07" + RED)
+    # and a byte that is not UTF-8 (os.fsdecode's surrogate): shown as \xff
+    missing = folders / ("gone\x1b]0;pwned\x07" + os.fsdecode(b"\xff") + RED)
     proc = run_cli("analyze", str(missing))
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("tracekit: "), proc.stderr
-    assert "gone\\x1b]0;pwned\\x07red\\x1b[31mrun" in lines[0]
+    assert "gone\\x1b]0;pwned\\x07\\xffred\\x1b[31mrun" in lines[0], lines[0]
     _piped_clean(proc.stderr)

@@ -27,15 +27,18 @@ from rich.text import Text
 
 from tracekit.summary import Summary
 
-# C0 (but tab and newline), DEL, C1 (0x9b is a CSI of its own), and the bidi controls that
-# reorder what a line shows; in one line (a cell, an error) tab and newline too
-_CONTROL = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+# C0 (but tab and newline), DEL, C1 (0x9b is a CSI of its own), the bidi controls that
+# reorder what a line shows, and lone surrogates (a name's bytes that are not UTF-8: shown as
+# \xff, never a UnicodeEncodeError); in one line (a cell, an error) tab and newline too
+_CONTROL = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _IN_TEXT = re.compile(f"[{_CONTROL}]")
 _IN_LINE = re.compile(f"[{_CONTROL}\t\n]")
 
 
 def _escaped(m: re.Match[str]) -> str:
     c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # a byte of a name that is not UTF-8 (os.fsdecode's surrogate)
+        return f"\\x{c - 0xDC00:02x}"
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
