@@ -55,6 +55,17 @@ def _release(fifos: list[Path]) -> None:
             pass  # no reader left on it
 
 
+def _fifo_outcome(status: str) -> str | None:
+    """A FIFO run's index status: None when it was analysed all the same ("ok": a reader that
+    refuses FIFOs without blocking and skips the memory file, as tracekit's guarded reader
+    may), else why it is not analysable: the timeout while its read blocks, or the reader's
+    refusal. Anything else fails the test."""
+    if status == "ok":
+        return None
+    assert status.startswith("ok; not analysable: "), status
+    return status.removeprefix("ok; not analysable: ")
+
+
 def _fifo_run(root: Path, name: str) -> Path:
     """A copy of sample dp whose memory/rank0.json is a FIFO nobody writes."""
     run = root / name
@@ -159,23 +170,24 @@ def test_fifo_runs_hold_neither_the_index_nor_their_page(hostile_root):
         status = {r["id"]: r["status"] for r in rows}
         assert not pending, f"still analysing after {waited:.0f} s: {status}"
         late = f"analysis took longer than {TIMEOUT_S:g} s"
-        assert status == {
-            **{f"a-fifo{i}": f"ok; not analysable: {late}" for i in range(FIFOS)},
-            "dp": "ok",
-            "zero1": "ok",
-        }
+        assert status["dp"] == "ok" and status["zero1"] == "ok", status
+        why = {i: _fifo_outcome(status[f"a-fifo{i}"]) for i in range(FIFOS)}
         good = {r["id"]: r for r in rows if r["id"] in ("dp", "zero1")}
         assert all(isinstance(r["step_s"], float) and r["step_s"] > 0 for r in good.values())
-        # the FIFO runs' page: the one line, at once (the index found them stuck)
+        # the FIFO run's page: its one line, at once (the index found it stuck, or refused)
         t1 = time.monotonic()
         code, text = _page(url, "?run=a-fifo0", timeout=TIMEOUT_S + 30)
-        assert code == 200 and f"could not analyse this run: {late}" in text, text[:500]
-        assert time.monotonic() - t1 < TIMEOUT_S
-        assert "Traceback" not in text
-        print(f"index complete after {waited:.1f} s; FIFO page {time.monotonic() - t1:.2f} s")
-    # each stuck thread was written off and replaced, never more than the bound
+        took = time.monotonic() - t1
+        assert code == 200 and "Traceback" not in text, text[:500]
+        if why[0] is not None:
+            assert f"could not analyse this run: {why[0]}" in text, text[:500]
+            assert took < TIMEOUT_S
+        else:
+            assert "rank-table" in text, text[:500]
+        print(f"index complete after {waited:.1f} s ({why}); FIFO page {took:.2f} s")
+    # each thread stuck in a read was written off and replaced, never more than the bound
     pool = app.tracekit_summaries.pool
-    assert pool._stuck == FIFOS and pool._live == pool.workers
+    assert pool._stuck == sum(w == late for w in why.values()) and pool._live == pool.workers
 
 
 def test_a_fifo_runs_page_answers_within_the_timeout(hostile_root):
@@ -189,18 +201,22 @@ def test_a_fifo_runs_page_answers_within_the_timeout(hostile_root):
         t0 = time.monotonic()
         code, text = _page(url, "?run=a-fifo1", timeout=TIMEOUT_S + 60)
         first = time.monotonic() - t0
-        assert code == 200 and late in text, text[:500]
-        assert TIMEOUT_S - 1 < first < TIMEOUT_S + 30
+        assert code == 200 and "Traceback" not in text, text[:500]
+        blocked = late in text  # its read blocked (else the reader refused the FIFO at once)
+        if blocked:
+            assert TIMEOUT_S - 1 < first < TIMEOUT_S + 30
+        else:
+            assert first < TIMEOUT_S, first
         t0 = time.monotonic()
-        code, text = _page(url, "?run=a-fifo1", timeout=TIMEOUT_S + 60)
+        code, again_text = _page(url, "?run=a-fifo1", timeout=TIMEOUT_S + 60)
         again = time.monotonic() - t0
-        assert code == 200 and late in text, text[:500]
+        assert code == 200 and (late in again_text) == blocked, again_text[:500]
         assert again < TIMEOUT_S / 2  # remembered: no second thread stuck on it
         # a good run's page still answers with its analysis
         code, text = _page(url, "?run=dp", timeout=120)
         assert code == 200 and "rank-table" in text, text[:500]
         print(f"FIFO page: {first:.2f} s, again {again:.3f} s")
-    assert app.tracekit_runs.pool._stuck == 1
+    assert app.tracekit_runs.pool._stuck == (1 if blocked else 0)
 
 
 @pytest.mark.slow(reason="an 80 MB trace analysed until the timeout stops it")
@@ -263,24 +279,23 @@ def test_the_index_in_chromium_fills_in_beside_a_fifo_run(hostile_root):
             cells = page.locator('#index-table td[data-dash-column="status"]').all_inner_texts()
             runs = page.locator('#index-table td[data-dash-column="run"]').all_inner_texts()
             status = dict(zip([r.strip() for r in runs], [c.strip() for c in cells]))
-            late = f"ok; not analysable: analysis took longer than {TIMEOUT_S:g} s"
-            assert status == {
-                **{f"a-fifo{i}": late for i in range(FIFOS)},
-                "dp": "ok",
-                "zero1": "ok",
-            }
+            assert sorted(status) == [*(f"a-fifo{i}" for i in range(FIFOS)), "dp", "zero1"]
+            assert status["dp"] == "ok" and status["zero1"] == "ok", status
+            why = _fifo_outcome(status["a-fifo2"])
             steps = page.locator('#index-table td[data-dash-column="step_s"]').all_inner_texts()
             by_run = dict(zip([r.strip() for r in runs], [s.strip() for s in steps]))
-            assert by_run["dp"].endswith(" s") and by_run["a-fifo0"] == "–"
+            assert by_run["dp"].endswith(" s")
+            assert (by_run["a-fifo2"] == "–") == (why is not None)  # unknown, never 0
             page.locator('#index-table td[data-dash-column="run"] a', has_text="a-fifo2").click()
             page.wait_for_function(
-                "() => (document.querySelector('#page') || {innerText: ''}).innerText"
-                ".includes('could not analyse')",
+                "() => { const p = document.querySelector('#page'); return p && ("
+                "p.innerText.includes('could not analyse') || !!p.querySelector('#rank-table')) }",
                 timeout=int((TIMEOUT_S + 30) * 1000),
             )
             text = page.locator("#page").inner_text()
-            assert f"analysis took longer than {TIMEOUT_S:g} s" in text
             assert "Traceback" not in text
+            if why is not None:
+                assert f"could not analyse this run: {why}" in text, text[:500]
         finally:
             browser.close()
 
