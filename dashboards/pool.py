@@ -96,7 +96,7 @@ class Pool:
 
     def _full_message(self) -> str:
         return (
-            f"not analysed: {self._stuck} analyses are stuck in reads that never return "
+            f"{self._stuck} analyses are stuck in reads that never return "
             "(FIFOs or hung mounts?); restart tracekit dash"
         )
 
