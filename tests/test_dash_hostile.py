@@ -234,9 +234,10 @@ SLOW_EVENTS = 1_500_000
 
 @pytest.mark.slow(reason="a 120 MB trace analysed until the timeout stops it")
 def test_a_run_too_slow_to_analyse_is_stopped_and_shown_failed(tmp_path: Path):
-    """A real analysis slower than the timeout (a 120 MB trace): failed, saying so, and its
-    thread comes back (the scanner sees the stop), while dp beside it fills in (from its
-    summary.json: nothing else to analyse within so short a timeout)."""
+    """A real analysis slower than the timeout (a 120 MB trace): failed, saying so, while dp
+    beside it fills in (from its summary.json: nothing else to analyse within so short a
+    timeout); its thread comes back to the pool (stopped at the scanner's next check, or at the
+    end of the analysis when the stop came during polars' sections, which do not check)."""
     from dashboards.app import create_app
 
     root = tmp_path / "root"
@@ -257,11 +258,11 @@ def test_a_run_too_slow_to_analyse_is_stopped_and_shown_failed(tmp_path: Path):
         assert code == 200 and f"could not analyse this run: {late}" in text, text[:500]
         assert time.monotonic() - t1 < 30  # at once: remembered, not analysed again
     pool = app.tracekit_summaries.pool
-    deadline = time.monotonic() + 60  # back well before a whole analysis: it was stopped
+    deadline = time.monotonic() + 120
     while pool._stuck and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert pool._stuck == 0, "the stopped analysis never came back"
-    print(f"the stopped analysis came back {time.monotonic() - t0:.1f} s after the index asked")
+    assert pool._stuck == 0 and pool._live == pool.workers, "its thread never came back"
+    print(f"the failed analysis's thread came back {time.monotonic() - t0:.1f} s after it began")
 
 
 @pytest.mark.slow(reason="Chromium through Playwright")
