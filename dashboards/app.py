@@ -6,8 +6,11 @@
   (127.0.0.1 unless told; nothing outside ROOT is ever shown or served);
 - dashboards.runs: the listing refreshed and the analyses cached (a few runs, keyed by path and
   the files' mtimes; a run's figures built on first use, each once);
+- dashboards.pool: analyses in bounded pools, each failed after ``analysis_timeout`` seconds,
+  so one run whose read never returns blocks neither the index nor its own page request;
 - dashboards.pages: the pages, one registry line each; dashboards.index: the runs table of ``/``;
-- dashboards.plotly_js: the plotly.js bundle served, preloaded and started early.
+- dashboards.plotly_js: the plotly.js bundle served, preloaded and started early;
+- dashboards.guard: a malformed callback request answered 4xx in one line, never a traceback.
 
 The run is chosen by ``?run=<path relative to ROOT>``; the dropdown rewrites the URL, so every
 view can be bookmarked. The routing callback below shows the page of the URL's path for the
@@ -25,12 +28,12 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from dashboards import index, plotly_js
+from dashboards import guard, index, plotly_js
 from dashboards.pages import PAGES
 from dashboards.pages.common import View, guarded, nodata, runs_from_search, search_for
 from dashboards.pages.timeline import warm
 from dashboards.root import DEFAULT_HOST, Refused, host_warning
-from dashboards.runs import CACHE_SIZE, Runs
+from dashboards.runs import ANALYSIS_TIMEOUT_S, CACHE_SIZE, Runs
 from tracekit.errors import TracekitError
 
 
@@ -62,20 +65,29 @@ class TracekitApp(Dash):
     """A Dash app that also holds the runs it serves (for tests and embedding)."""
 
     tracekit_runs: Runs
+    tracekit_summaries: index.Summaries
 
 
 def create_app(
-    root: Path | str, *, analyses: Mapping[str, Any] | None = None, cache_size: int = CACHE_SIZE
+    root: Path | str,
+    *,
+    analyses: Mapping[str, Any] | None = None,
+    cache_size: int = CACHE_SIZE,
+    analysis_timeout: float = ANALYSIS_TIMEOUT_S,
 ) -> TracekitApp:
     """The Dash app over the runs under ROOT.
 
     ``analyses`` adds ready-made analyses under the given names (e.g. synthetic runs); they are
     listed and chosen like runs on disk. ``cache_size``: analyses kept in memory (LRU).
+    ``analysis_timeout``: seconds after which a run's analysis is failed, saying so
+    (dashboards.pool), so that a page request always answers.
     """
     root = Path(root)
     if not root.is_dir():
         raise TracekitError("no such folder", root)
-    runs = Runs(root, preloaded=analyses, cache_size=cache_size)
+    runs = Runs(
+        root, preloaded=analyses, cache_size=cache_size, analysis_timeout_s=analysis_timeout
+    )
     by_path = {p.path: p for p in PAGES}
     summaries = index.Summaries(runs)
     app = TracekitApp(
@@ -86,7 +98,9 @@ def create_app(
         assets_folder=str(Path(__file__).with_name("assets")),
         serve_locally=True,
     )
+    guard.install(app)  # a malformed callback request: a 4xx and one line, never a 500
     app.tracekit_runs = runs  # for tests and embedding
+    app.tracekit_summaries = summaries
     plotly_js.install(app)
     warm()
     app.layout = html.Div(
@@ -197,12 +211,17 @@ def create_app(
     return app
 
 
-def serve(root: Path | str, host: str = DEFAULT_HOST, port: int = 8050) -> None:
+def serve(
+    root: Path | str,
+    host: str = DEFAULT_HOST,
+    port: int = 8050,
+    analysis_timeout: float = ANALYSIS_TIMEOUT_S,
+) -> None:
     """Run the app (blocking). Anything but localhost gets a warning on stderr."""
     warning = host_warning(host)
     if warning:
         print(warning, file=sys.stderr)
-    app = create_app(root)
+    app = create_app(root, analysis_timeout=analysis_timeout)
     print(
         f"tracekit dash: serving {Path(root).resolve()} on http://{host}:{port}/", file=sys.stderr
     )

@@ -14,15 +14,17 @@ Every number is read from the run's analysis summary, through figures.compare_ro
 computed here but the one share above. Unknown or not applicable is null, shown as "–", and
 sorts last. Summaries come from, in order: the app's own analysis cache, the run's
 ``analysis/summary.json`` when it is newer than every trace and run.json (what ``tracekit
-analyze`` and the demo write), else one background thread analyses the run; the page polls
-until every row is in, so the index shows at once however many runs need analysing.
+analyze`` and the demo write), else the run is analysed. Reading and analysing happen in a
+bounded pool in the background (a few runs at a time, each failed after the app's analysis
+timeout: "analysis took longer than N s"); the page polls until every row is in, so the index
+shows at once however many runs need analysing, and one run whose read never returns (a FIFO)
+holds no other.
 """
 
 from __future__ import annotations
 
-import os
-import queue
 import threading
+import time
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import Any
 from dash import dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme, Symbol
 
+from dashboards.pool import Job, Pool
 from dashboards.root import Refused
 from dashboards.runs import Runs
 from tracekit import figures as F
@@ -146,79 +149,124 @@ def _disk_summary(path: Path, signature: tuple) -> Summary | None:
     return data
 
 
+#: analyses for the index at once; each also bounded by the app's analysis timeout
+INDEX_WORKERS = 3
+#: how long a run just asked for may hold the rows (a summary on disk is read in that time):
+#: quick ones show at once, the others as "analysing…" until a poll finds them done
+QUICK_S = 0.5
+
+# run.json (None: none or unreadable), and the summary or why there is none
+Found = tuple[dict | None, Summary | str]
+
+
 class Summaries:
-    """Summaries of the runs of a dashboards.runs.Runs, analysed one at a time in the background."""
+    """Summaries of the runs of a dashboards.runs.Runs, read and analysed in the background: in
+    a pool of INDEX_WORKERS threads (dashboards.pool), each run failed after the app's analysis
+    timeout ("analysis took longer than N s"), so one run whose read never returns holds only
+    itself. Nothing of a run folder is read in the request's thread but the files' sizes."""
 
     def __init__(self, runs: Runs) -> None:
         self.runs = runs
-        self._done: dict[tuple, Summary | str] = {}  # key -> summary, or why there is none
-        self._queued: set[tuple] = set()
+        self.pool = Pool(INDEX_WORKERS, runs.pool.timeout_s, "tracekit-index", nice=10)
+        self._done: dict[tuple, Found] = {}  # key -> run.json and summary, or why there is none
+        self._jobs: dict[tuple, Job] = {}
+        self._run_of: dict[tuple, dict | None] = {}  # run.json as soon as read (for a timeout)
         self._lock = threading.Lock()
-        self._todo: queue.Queue[tuple[tuple, Path]] = queue.Queue()
-        self._worker: threading.Thread | None = None
 
-    def _work(self) -> None:
+    def _read(self, key: tuple, path: Path) -> Found:
+        """run.json and the summary of the run at PATH (in a pool thread)."""
         from tracekit.analysis import analyze
 
-        try:  # Linux niceness is per thread: the pages a user waits for go first
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-        except (AttributeError, OSError):
-            pass
-        while True:
-            key, path = self._todo.get()
-            try:
-                result: Summary | str = analyze(path).summary
-            except TracekitError as exc:
-                result = self.runs.message(exc)
-            except Exception as exc:  # noqa: BLE001 - one bad run must not stop the index
-                result = f"analysis failed ({type(exc).__name__})"
-            with self._lock:
-                self._done[key] = result
-                self._queued.discard(key)
-
-    def _ask(self, key: tuple, path: Path) -> None:
+        run = runname.load_run(path)
         with self._lock:
-            if key in self._queued:
-                return
-            self._queued.add(key)
-            if self._worker is None:
-                self._worker = threading.Thread(
-                    target=self._work, name="tracekit-index", daemon=True
-                )
-                self._worker.start()
-        self._todo.put((key, path))
+            for old in [k for k in self._run_of if k[0] == key[0]]:
+                del self._run_of[old]
+            self._run_of[key] = run
+        found = _disk_summary(path, key[1])
+        if found is None:
+            try:
+                found = analyze(path).summary
+            except TracekitError as exc:
+                return run, self.runs.message(exc)
+        return run, found
 
-    def get(self, path: Path) -> Summary | str | None:
-        """The run's summary, a reason there is none, or None while it is being analysed."""
+    def _ask(self, path: Path) -> Found | Job:
         key = (str(path), self.runs._signature(path))
         with self._lock:
             if key in self._done:
                 return self._done[key]
         cached = self.runs.cached(key)
-        found = cached.analysis.summary if cached is not None else _disk_summary(path, key[1])
-        if found is not None:
+        if cached is not None:
+            return cached.analysis.run, cached.analysis.summary
+        why = self.runs.timed_out(key)  # the run's page found it runs past the timeout
+        with self._lock:
+            if why is not None:
+                self._done[key] = (self._run_of.get(key), why)
+                return self._done[key]
+            job = self._jobs.get(key)
+            if job is None:
+                job = self.pool.submit(key, lambda: self._read(key, path))
+                for old in [k for k in self._jobs if k[0] == key[0]]:
+                    del self._jobs[old]
+                self._jobs[key] = job
+            return job
+
+    def _outcome(self, job: Job) -> Found:
+        """A finished job's run.json and summary (or why not), kept from now on."""
+        key = job.key
+        if job.error is None:
+            found: Found = job.value
+        else:
+            if job.timed_out:
+                self.runs.note_timeout(key, job.error)
+                why = job.error
+            elif isinstance(job.exception, TracekitError):
+                why = self.runs.message(job.exception)
+            elif job.exception is not None:
+                why = f"analysis failed ({type(job.exception).__name__})"
+            else:
+                why = job.error  # stopped, or the pool full of stuck reads
             with self._lock:
-                self._done[key] = found
-            return found
-        self._ask(key, path)
-        return None
+                found = (self._run_of.get(key), why)
+        with self._lock:
+            self._done[key] = found
+            if self._jobs.get(key) is job:
+                del self._jobs[key]
+        return found
+
+    def get(self, path: Path) -> Summary | str | None:
+        """The run's summary, a reason there is none, or None while it is being analysed."""
+        got = self._ask(path)
+        if isinstance(got, Job):
+            return self._outcome(got)[1] if got.done else None
+        return got[1]
 
     def rows(self) -> tuple[list[dict[str, Any]], bool]:
         """The index rows of every listed run, and whether some are still being analysed."""
         items: list[tuple[str, Path, dict | None, Summary | str | None, str | None]] = []
+        asked: list[tuple[str, Path, Found | Job | None]] = []
         for rel in self.runs.list_runs():
             if rel in self.runs.preloaded:
                 a = self.runs.preloaded[rel].analysis
-                items.append((rel, Path(rel), a.run, a.summary, None))
+                asked.append((rel, Path(rel), (a.run, a.summary)))
                 continue
             try:
                 path = self.runs.resolve(rel)
             except Refused:
-                items.append((rel, Path(rel), None, None, "refused"))
+                asked.append((rel, Path(rel), None))
                 continue
             assert isinstance(path, Path)  # a name (str) only for the preloaded, done above
-            run = runname.load_run(path)
-            items.append((rel, path, run, self.get(path), None))
+            asked.append((rel, path, self._ask(path)))
+        for rel, path, got in asked:
+            if isinstance(got, Job) and not got.done:
+                got.wait(max(0.0, got.created + QUICK_S - time.monotonic()))
+            if got is None:
+                items.append((rel, path, None, None, "refused"))
+            elif isinstance(got, Job) and not got.done:
+                items.append((rel, path, None, None, None))
+            else:
+                found = self._outcome(got) if isinstance(got, Job) else got
+                items.append((rel, path, found[0], found[1], None))
         names = runname.names_for([(path, run) for _, path, run, _, _ in items])
         out, pending = [], False
         for (rel, _, run, summary, refused), name in zip(items, names):

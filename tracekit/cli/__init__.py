@@ -11,6 +11,7 @@ Progress and logs go to stderr; results (tables, the run folder's path) to stdou
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -57,13 +58,20 @@ def cli() -> None:
 @click.argument("root", required=False, type=click.Path(path_type=Path), default=Path("runs"))
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True)
-def dash_cmd(root: Path, host: str, port: int) -> None:
+@click.option(
+    "--analysis-timeout",
+    type=click.FloatRange(1, 86400),
+    default=300,
+    show_default=True,
+    help="Seconds a run's analysis may take; a run that takes longer is shown as failed.",
+)
+def dash_cmd(root: Path, host: str, port: int, analysis_timeout: float) -> None:
     """Serve the Dash app over the run folders and trace folders under ROOT (default ./runs)."""
     if not root.is_dir():
         raise TracekitError("no such folder (give the folder holding your run folders)", root)
     from dashboards.app import serve
 
-    serve(root, host=host, port=port)
+    serve(root, host=host, port=port, analysis_timeout=analysis_timeout)
 
 
 def click_problem(exc: click.ClickException) -> str:
@@ -87,24 +95,108 @@ def click_problem(exc: click.ClickException) -> str:
     return f"{what}: {text}" if what else text
 
 
+def _inputs(argv: list[str]) -> str | None:
+    """The paths the command line names (its arguments that exist), for a one-line error that
+    comes from no particular file (out of memory)."""
+    paths = [a for a in argv[1:] if not a.startswith("-") and os.path.lexists(a)]
+    return ", ".join(paths) or None
+
+
+def _at_inputs(argv: list[str], line: str) -> str:
+    where = _inputs(argv)
+    return f"{where}: {line}" if where else line
+
+
+def _out_of_memory(argv: list[str], what: str) -> str:
+    return _at_inputs(
+        argv,
+        f"out of memory ({what}); analyse fewer ranks at once (--ranks, --sample) "
+        "or give the process more memory",
+    )
+
+
+def _memory_failure(exc: BaseException) -> str | None:
+    """What says EXC (or an exception it was raised from) is memory running out, or None: under a
+    memory limit a library's import fails to map its code ("failed to map segment from shared
+    object", an ImportError), mmap fails with ENOMEM, a thread gets no stack."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e)
+        if isinstance(e, MemoryError):
+            return "MemoryError"
+        if isinstance(e, ImportError) and "failed to map segment" in text:
+            return "a library's code could not be mapped"
+        if isinstance(e, OSError) and e.errno == errno.ENOMEM:
+            return "ENOMEM"
+        if isinstance(e, RuntimeError) and "can't start new thread" in text:
+            return "no memory for another thread"
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _problem(text: str) -> None:
+    """``tracekit: TEXT`` on stderr, one line, control characters shown escaped (a path named
+    with a terminal escape is shown, never sent: tracekit.cli.tables.safe)."""
+    from tracekit.cli.tables import safe
+
+    print(f"tracekit: {safe(text)}", file=sys.stderr)
+
+
+def _line_on_abort(argv: list[str]) -> None:
+    """A library that aborts (Rust, when an allocation fails under a memory limit) ends the
+    process with our line and status 2, after the library's own line (tracekit/ingest/_kscan.c)."""
+    from tracekit.cli.tables import safe
+
+    try:
+        from tracekit.ingest import _kscan
+    except ImportError:  # not built: the msgspec path reads traces, and an abort stays one
+        return
+    why = "a library aborted with SIGABRT, as Rust does when an allocation fails"
+    line = f"tracekit: {safe(_out_of_memory(argv, why))}\n"
+    _kscan.abort_line(line.encode("utf-8", "backslashreplace"))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors, exit status 2 on bad input."""
+    args = sys.argv[1:] if argv is None else argv
+    if argv is None:  # the program itself, not a caller embedding it
+        _line_on_abort(args)
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
     except TracekitError as exc:
-        print(f"tracekit: {exc}", file=sys.stderr)
+        _problem(str(exc))
         sys.exit(2)
     except click.exceptions.Abort:
-        print("tracekit: interrupted", file=sys.stderr)
+        _problem("interrupted")
         sys.exit(130)
     except click.ClickException as exc:
-        print(f"tracekit: {click_problem(exc)}", file=sys.stderr)
+        _problem(click_problem(exc))
         sys.exit(2)
     except KeyboardInterrupt:
-        print("tracekit: interrupted", file=sys.stderr)
+        _problem("interrupted")
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except MemoryError:
+        _problem(_out_of_memory(args, "MemoryError"))
+        sys.exit(2)
+    except BaseException as exc:
+        why = _memory_failure(exc)
+        if why is not None:
+            _problem(_out_of_memory(args, why))
+            sys.exit(2)
+        # polars panics as pyo3_runtime.PanicException, a BaseException (so that no `except
+        # Exception` swallows it) of a module that cannot be imported: known by its name
+        if type(exc).__name__ != "PanicException":
+            raise
+        first = " ".join(str(exc).split("\n", 1)[0].split())[:200]
+        if any(w in first.lower() for w in ("alloc", "memory", "capacity overflow", "spawn")):
+            _problem(_out_of_memory(args, f"polars: {first}"))
+        else:
+            _problem(_at_inputs(args, f"polars failed ({first})"))
+        sys.exit(2)
     sys.exit(0)
 
 

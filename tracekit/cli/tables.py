@@ -2,34 +2,80 @@
 
 Progress and logs go to stderr (:data:`err`); results (tables, the run folder's path) to stdout
 (:func:`out`). Tables are stacked to fit the width (:func:`fit_tables`), so numbers are never cut.
+
+Names come from the user's disk and traces: a run folder named ``\x1b]0;title\x07`` would set
+the terminal's title, ``\x1b[31m`` its colour (issue #24). Every string the consoles print or
+show on their status line, and every table cell, goes through :func:`safe` first: control
+characters are shown escaped, never sent (the error line of tracekit.cli.main too).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.markup import escape
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
 from tracekit.summary import Summary
 
+# C0 (but tab and newline), DEL, C1 (0x9b is a CSI of its own), the bidi controls that
+# reorder what a line shows, and lone surrogates (a name's bytes that are not UTF-8: shown as
+# \xff, never a UnicodeEncodeError); in one line (a cell, an error) tab and newline too
+_CONTROL = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_IN_TEXT = re.compile(f"[{_CONTROL}]")
+_IN_LINE = re.compile(f"[{_CONTROL}\t\n]")
+
+
+def _escaped(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    if 0xDC80 <= c <= 0xDCFF:  # a byte of a name that is not UTF-8 (os.fsdecode's surrogate)
+        return f"\\x{c - 0xDC00:02x}"
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def safe(text: str, one_line: bool = True) -> str:
+    """TEXT with its control characters written as ``\\x1b`` / ``\\u202e`` (repr's form), so
+    that it shows on a terminal as what it is; ``one_line=False`` keeps tab and newline."""
+    return (_IN_LINE if one_line else _IN_TEXT).sub(_escaped, text)
+
+
+class _SafeStatus(Status):
+    def update(self, status: Any = None, **kwargs: Any) -> None:
+        super().update(safe(status, False) if isinstance(status, str) else status, **kwargs)
+
+
+class SafeConsole(Console):
+    """A rich Console whose strings (print's, the status line's) go through :func:`safe`."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(safe(text, False), **kwargs)
+
+    def status(self, status: Any, **kwargs: Any) -> Status:
+        return _SafeStatus(
+            safe(status, False) if isinstance(status, str) else status, console=self, **kwargs
+        )
+
+
 # stderr: when it is not a terminal (a log, a pipe, CI) lines are never wrapped, so that one
 # warning is one line whatever its length
-err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, soft_wrap=True)
+err = SafeConsole(stderr=True) if sys.stderr.isatty() else SafeConsole(stderr=True, soft_wrap=True)
 
 
 def out() -> Console:
     """stdout console: the terminal's width, or COLUMNS; wide (160) when piped without COLUMNS.
     Tables are stacked to fit whatever width this is (fit_tables), so numbers are never cut."""
     if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return Console()
-    return Console(width=160)
+        return SafeConsole()
+    return SafeConsole(width=160)
 
 
 def _share(v: float, span: float) -> str:
@@ -145,6 +191,8 @@ def fit_tables(
     order. A cell is never cut or wrapped (each column is at least as wide as its widest cell);
     headers wrap between words."""
     width = width or out().width
+    title, head = safe(title), [safe(h) for h in head]
+    rows = [[safe(c) for c in row] for row in rows]  # names from disk and traces: never sent raw
 
     def content(i: int) -> int:  # the widest cell, or the header's longest word
         words = max((cell_len(w) for w in head[i].split()), default=0)

@@ -45,6 +45,8 @@
 #include <string.h>
 #include <math.h>
 #include <stddef.h>
+#include <signal.h>
+#include <unistd.h>
 
 #define MAX_DEPTH 200
 #define NULL_I64 INT64_MIN
@@ -960,10 +962,49 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     return out;
 }
 
+/* abort_line(line: bytes): from now on, when something in this process aborts (SIGABRT), write
+ * LINE to stderr and exit with status 2 instead of dumping core with status 134 (issue #24).
+ * What aborts in tracekit is a library's allocation failing under a memory limit: Rust's
+ * allocation error handler (polars) prints "memory allocation of N bytes failed" and calls
+ * abort(), which no Python handler can see (it runs after the C handler returns, and abort()
+ * does not return). The handler does only what is async-signal-safe: write(2) and _exit(2). */
+static char ABORT_LINE[4096];
+static volatile size_t ABORT_LEN = 0;
+
+static void on_abort(int sig) {
+    (void)sig;
+    if (ABORT_LEN) {
+        ssize_t ignored = write(2, ABORT_LINE, ABORT_LEN);
+        (void)ignored;
+    }
+    _exit(2);
+}
+
+static PyObject *abort_line(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "abort_line takes bytes");
+        return NULL;
+    }
+    Py_ssize_t len = PyBytes_GET_SIZE(arg);
+    if (len > (Py_ssize_t)sizeof ABORT_LINE) len = (Py_ssize_t)sizeof ABORT_LINE;
+    ABORT_LEN = 0; /* a signal meanwhile writes nothing rather than half a line */
+    memcpy(ABORT_LINE, PyBytes_AS_STRING(arg), (size_t)len);
+    ABORT_LEN = (size_t)len;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_abort;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGABRT, &sa, NULL) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(data: bytes, stop: bytearray | None = None) -> columns of a Kineto trace, or None "
      "(see tracekit/ingest/_kscan.c)"},
+    {"abort_line", abort_line, METH_O,
+     "abort_line(line: bytes) -> None: on SIGABRT, write LINE to stderr and exit with status 2"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,3 +10,7 @@ def scan(
     top-level keys), or None when it declines the file (the msgspec path then reads it) or
     stops because ``stop[0]`` was set (tracekit.stopping). In the main thread it runs Python's
     signal handlers every megabyte: Ctrl-C raises KeyboardInterrupt out of it."""
+
+def abort_line(line: bytes) -> None:
+    """From now on a SIGABRT in this process (a library's allocation failing: Rust aborts) writes
+    LINE to stderr and exits with status 2, instead of a core dump and status 134."""
