@@ -123,3 +123,17 @@ def test_an_error_line_names_the_path_escaped(folders: Path):
     assert len(lines) == 1 and lines[0].startswith("tracekit: "), proc.stderr
     assert "gone\\x1b]0;pwned\\x07\\xffred\\x1b[31mrun" in lines[0], lines[0]
     _piped_clean(proc.stderr)
+
+
+def test_why_and_a_folder_name_that_is_not_utf8(folders: Path, tmp_path: Path):
+    """A run folder whose name is not UTF-8 (a byte \\xff) is analysed, cached and diagnosed like
+    any other (its cache key hashes the name's own bytes), and shown escaped."""
+    odd = tmp_path / (os.fsdecode(b"run\xff") + RED)
+    shutil.copytree(folders / RED, odd, ignore=shutil.ignore_patterns("analysis"))
+    proc = run_cli("why", str(odd))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("rank "), proc.stdout  # the diagnosis' first line
+    _piped_clean(proc.stdout + proc.stderr)
+    proc = run_cli("compare", str(odd), str(folders / TITLE))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    _piped_clean(proc.stdout + proc.stderr)

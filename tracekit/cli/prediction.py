@@ -14,6 +14,7 @@ from rich.table import Table
 from tracekit import outputs
 from tracekit import prediction as P
 from tracekit.analysis import analyze
+from tracekit.cli.tables import safe
 from tracekit.errors import TracekitError
 
 
@@ -73,7 +74,7 @@ def _targets(out: Path | None, paths: list[Path]) -> list[Path]:
     found = []
     for p, name in zip(paths, names):
         if names.count(name) > 1:
-            name += "-" + hashlib.sha256(str(Path(p).resolve()).encode()).hexdigest()[:8]
+            name += "-" + hashlib.sha256(os.fsencode(Path(p).resolve())).hexdigest()[:8]
         found.append(Path(out) / f"{name}.prediction.json")
     return found
 
@@ -199,4 +200,4 @@ def run_predict(
     for c in cross:
         xs = ", ".join(P.fmt_rate(x) for x in c["crossover_bits_per_s"]) or "none in the sweep"
         console.print(f"crossover {Path(c['a']).name} / {Path(c['b']).name}: {xs}", highlight=False)
-    print(f"wrote {', '.join(map(str, targets))}", file=sys.stderr)
+    print(safe(f"wrote {', '.join(map(str, targets))}"), file=sys.stderr)

@@ -80,10 +80,11 @@ def run_cmd(strategy: str, **opts: object) -> None:
     finally:
         quiet.flush()
     status = (load_run_json(run_dir) or {}).get("status")
-    click.echo(str(run_dir))
+    click.echo(tables.safe(str(run_dir)))
     if status != "ok":
         # the run folder keeps what survived; its path stays the last line of stdout
-        print(f"tracekit: {run_dir}: run {status}; see run.json errors and logs/", file=sys.stderr)
+        line = f"tracekit: {run_dir}: run {status}; see run.json errors and logs/"
+        print(tables.safe(line), file=sys.stderr)
         sys.exit(1)
 
 
@@ -257,5 +258,5 @@ def demo_cmd(out: Path, only: str | None) -> None:
             soft_wrap=True,  # one line, however long the paths: the terminal wraps it, not rich
         )
     if failed:
-        print(f"tracekit: demo: {', '.join(failed)} failed", file=sys.stderr)
+        print(tables.safe(f"tracekit: demo: {', '.join(failed)} failed"), file=sys.stderr)
         sys.exit(1)

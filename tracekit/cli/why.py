@@ -21,10 +21,11 @@ def diagnosis_lines(summary) -> list[str]:  # summary: tracekit.summary.Summary
 def why_cmd(path: Path) -> None:
     """Say why PATH's step takes its time: who waits on whom, the cause, the critical path."""
     from tracekit.analysis import analyze
+    from tracekit.cli.tables import safe
 
     result = analyze(path)
     try:
         for line in diagnosis_lines(result.summary):
-            click.echo(line)
+            click.echo(safe(line))  # op and run names come from traces: no raw escapes
     finally:
         result.close()

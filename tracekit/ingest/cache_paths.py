@@ -50,7 +50,8 @@ def beside(trace: Path) -> Path:
 
 def in_dir(trace: Path, cache_dir: Path | None = None) -> Path:
     """The entry for ``trace`` in a cache folder: its name + a hash of its resolved path."""
-    h = hashlib.sha256(resolved(trace).encode()).hexdigest()[:16]
+    # fsencode: a name that is not UTF-8 hashes its own bytes (the same hash for every other)
+    h = hashlib.sha256(os.fsencode(resolved(trace))).hexdigest()[:16]
     return folder(cache_dir) / f"{_stem(trace)}-{h}{SUFFIX}"
 
 
