@@ -10,11 +10,17 @@ The network replay (tracekit.analyses.network_replay) with every call at its mea
     measured work, and every wait is recomputed by the replay.
 
 ``--rank-speed R:S`` gives s; ``--without-straggler`` takes the why analysis's top cause d
-(summary.json ``why.top_cause``, Böhme et al.'s delay analysis) and removes its excess: d's
-work is set to what its busiest peer needed (the root causes' excess, summed over every state
-but waiting, over the window: s = work_d / max over the other ranks of their work, both per
-profiled step, work = span - waiting - exposed transfer), spread evenly over d's work. A speed
-of 1 or less (no excess) leaves the step as replayed. docs/predict.md "Straggler what-if".
+(summary.json ``why.top_cause``, Böhme et al.'s delay analysis) and removes its excess: in each
+profiled step k, d's work is set to what its busiest peer needed in that step,
+
+    s_k = work_d,k / max over the other ranks r of work_r,k      (at least 1: never slower)
+
+with work = the step's span less the time the rank was blocked in waits (waiting and exposed
+transfer: the programs' blocked intervals). Per step, because an excess is rarely even (a first
+step's extra is often twice the last's): one window-wide speed left the early steps slow and
+sped the late ones past need. Work outside the steps runs at the window's speed
+(``speed``: work_d / max peer work, per profiled step). A speed of 1 or less (no excess) leaves
+the step as replayed. docs/predict.md "Straggler what-if".
 """
 
 from __future__ import annotations
@@ -31,24 +37,79 @@ from tracekit.analyses.network_program import Call, Program
 CURVE_POINTS = 9
 
 
+Segment = tuple[int, int, float]  # measured [t0, t1) ns and the speed of the work in it
+
+
 @dataclass
 class ScaledProgram(Program):
-    """A rank's program whose work runs ``speed`` times as fast (see the module docstring)."""
+    """A rank's program whose work runs ``speed`` times as fast, or ``segments[i][2]`` times in
+    the measured time of segment i (sorted, disjoint; see the module docstring)."""
 
     speed: float = 1.0
+    segments: tuple[Segment, ...] = ()
 
     def work_ns(self, t: int) -> int:
-        base, start = super().work_ns(t), super().work_ns(self.start_ns)
-        return int(start + (base - start) / self.speed)
+        base = super().work_ns
+        done, at = 0.0, self.start_ns
+        for t0, t1, speed in self.segments:
+            if t0 >= t:
+                break
+            if at < t0:
+                done += (base(t0) - base(at)) / self.speed
+                at = t0
+            end = min(t1, t)
+            if end > at:
+                done += (base(end) - base(at)) / speed
+                at = end
+        if at < t:
+            done += (base(t) - base(at)) / self.speed
+        return int(base(self.start_ns) + done)
 
 
-def scaled(progs: dict[int, Program], speeds: dict[int, float]) -> dict[int, Program]:
-    """The programs with ``speeds[r]`` applied to rank r's work (others unchanged)."""
+def scaled(
+    progs: dict[int, Program],
+    speeds: dict[int, float],
+    segments: dict[int, tuple[Segment, ...]] | None = None,
+) -> dict[int, Program]:
+    """The programs with ``speeds[r]`` (and ``segments[r]``) applied to rank r's work (others
+    unchanged)."""
+    segments = segments or {}
     out: dict[int, Program] = {}
     for r, p in progs.items():
         base = {f.name: getattr(p, f.name) for f in fields(Program)}
-        out[r] = ScaledProgram(**base, speed=speeds[r]) if r in speeds else p
+        if r in speeds or r in segments:
+            out[r] = ScaledProgram(**base, speed=speeds.get(r, 1.0), segments=segments.get(r, ()))
+        else:
+            out[r] = p
     return out
+
+
+def _step_marks(p: Program) -> dict[int, tuple[int, int]]:
+    """Step index -> (start, end) measured ns, from the program's marks."""
+    at = {it.key: it.t_ns for it in p.items if it.kind == "mark" and it.key and len(it.key) == 2}
+    return {
+        k[0]: (t, at[(k[0], "end")])
+        for k, t in at.items()
+        if k[1] == "start" and (k[0], "end") in at
+    }
+
+
+def step_segments(progs: dict[int, Program], rank: int) -> tuple[Segment, ...]:
+    """RANK's steps as segments at speed s_k (see the module docstring): its work in step k over
+    its busiest peer's in the same step; steps not every rank has are left out."""
+    marks = {r: _step_marks(p) for r, p in progs.items()}
+    out = []
+    for k, (t0, t1) in sorted(marks.get(rank, {}).items(), key=lambda kv: kv[1]):
+        peers = [
+            progs[r].work_ns(m[k][1]) - progs[r].work_ns(m[k][0])
+            for r, m in marks.items()
+            if r != rank and k in m
+        ]
+        if not peers or max(peers) <= 0 or len(peers) < len(progs) - 1:
+            continue
+        mine = progs[rank].work_ns(t1) - progs[rank].work_ns(t0)
+        out.append((t0, t1, max(1.0, mine / max(peers))))
+    return tuple(out)
 
 
 def step_times(rep: model.Replay) -> list[float]:
@@ -79,9 +140,11 @@ def replay_at(
     calls: dict[str, Call],
     speeds: dict[int, float],
     run_inter_bits: float | None,
+    segments: dict[int, tuple[Segment, ...]] | None = None,
 ) -> model.Replay:
-    """The measured-network replay with ``speeds`` applied."""
-    return model.replay(scaled(progs, speeds), calls, model.Network(measured=True), run_inter_bits)
+    """The measured-network replay with ``speeds`` (and per-step ``segments``) applied."""
+    net = model.Network(measured=True)
+    return model.replay(scaled(progs, speeds, segments), calls, net, run_inter_bits)
 
 
 def excess_speed(work_s: dict[int, float], rank: int) -> float | None:
@@ -147,11 +210,14 @@ def without(
     if speed is None or rank not in progs:
         return None
     own = model.replay(progs, calls, model.Network(measured=True), run_inter_bits)
-    point = what_if(progs, calls, {rank: max(1.0, speed)}, run_inter_bits)
+    segs = step_segments(progs, rank)
+    rep = replay_at(progs, calls, {rank: max(1.0, speed)}, run_inter_bits, {rank: segs})
+    point = {"step_time_s": model.slowest(rep), "step_times_s": step_times(rep)}
     peers = {r: v for r, v in work_s.items() if r != rank}
     return {
         "rank": rank,
         "speed": speed,
+        "step_speeds": [s for _, _, s in segs],
         "work_s": work_s[rank],
         "peer_work_s": max(peers.values()),
         "step_time_s": point["step_time_s"],
