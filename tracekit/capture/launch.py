@@ -30,6 +30,7 @@ ended, in run.json: tracekit.capture.outcome.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -179,11 +180,15 @@ def _commands(
 def run_job(opts: RunOptions, log: supervise.Sink = sys.stderr) -> Path:
     """Run one strategy job; return its run folder (run.json ``status`` tells how it went)."""
     spec = validate(opts)
+    hurry = threading.Event()
 
     def terminate(signum: int, frame: object) -> None:
-        raise Terminated(signum)
+        # the first signal stops the job; later ones (a second Ctrl-C, timeout's re-sent
+        # SIGINT) only cut the grace short: they never interrupt the stopping half-way
+        supervise.hurry_on_signals(hurry)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
-    previous = supervise.on_signals(terminate)
+    previous = supervise.on_signals(terminate, terminate)
     net = None
     try:
         if opts.emulate_network:  # first, so that a failure leaves no half-made run folder
@@ -196,7 +201,7 @@ def run_job(opts: RunOptions, log: supervise.Sink = sys.stderr) -> Path:
         outcome.logs_dir(run).mkdir(parents=True, exist_ok=True)
         if backend_of(opts) == "nccl":
             runfolder.nccl_dir(run).mkdir(parents=True, exist_ok=True)
-        return _run_agents(opts, spec, run, net, log)
+        return _run_agents(opts, spec, run, net, log, hurry)
     finally:
         if net is not None:
             net.close()
@@ -205,10 +210,16 @@ def run_job(opts: RunOptions, log: supervise.Sink = sys.stderr) -> Path:
 
 
 def _run_agents(
-    opts: RunOptions, spec: registry.Strategy, run: Path, net: Any, log: supervise.Sink
+    opts: RunOptions,
+    spec: registry.Strategy,
+    run: Path,
+    net: Any,
+    log: supervise.Sink,
+    hurry: threading.Event,
 ) -> Path:
     logs = outcome.logs_dir(run)
-    commands = _commands(opts, spec, run, net)
+    token = secrets.token_hex(8)  # marks every process of this job: we stop those, and only those
+    commands = [(c, {**e, supervise.JOB_ENV: token}) for c, e in _commands(opts, spec, run, net)]
     cmd = commands[0][0] if len(commands) == 1 else [c for c, _ in commands]
     where = (
         f" on {opts.nodes} emulated nodes ({opts.inter_node_bandwidth} between them)" if net else ""
@@ -224,7 +235,9 @@ def _run_agents(
     }
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
+    me = os.getpid()
     with open(logs / "launcher.log", "w") as log_file:
+        sinks: list[supervise.Sink] = [log, log_file]
         try:
             for command, env in commands:
                 proc = subprocess.Popen(
@@ -236,18 +249,20 @@ def _run_agents(
                     text=True,
                     errors="replace",
                     start_new_session=True,
+                    # torchrun dies with us (SIGTERM: it stops its ranks), even if we are killed
+                    preexec_fn=lambda: supervise.die_with_parent(signal.SIGTERM, me),
                 )
                 procs.append(proc)
                 pump = threading.Thread(
                     target=supervise.pump,
-                    args=(proc.stdout, [log, log_file], output_lines),
+                    args=(proc.stdout, sinks, output_lines),
                     daemon=True,
                 )
                 pump.start()
                 pumps.append(pump)
-            supervise.wait_all(procs, opts.timeout)
+            supervise.wait_all(procs, opts.timeout, token)
         except subprocess.TimeoutExpired:
-            stopped = [e for proc in procs for e in supervise.kill_job(proc)]
+            stopped = [e for proc in procs for e in supervise.kill_job(proc, token)]
             status = "timeout"
             errors.append(
                 {
@@ -258,8 +273,13 @@ def _run_agents(
             )
             errors += stopped
         except KeyboardInterrupt as exc:
+            supervise.hurry_on_signals(hurry)  # (already, unless it came from elsewhere)
+            # torchrun answers our SIGTERM with a 25-line traceback: logs/ keeps it, not the
+            # terminal, where the one line is `tracekit: interrupted`
+            sinks.remove(log)
             for proc in procs:
-                supervise.kill_job(proc)
+                supervise.kill_job(proc, token, hurry)
+            supervise.kill_job(None, token, hurry)  # ranks that outlived a dead torchrun
             for pump in pumps:
                 pump.join(timeout=2)
             how = (
@@ -286,14 +306,17 @@ def _run_agents(
             pump.join(timeout=5)
     codes = [p.returncode for p in procs]
     rc = next((c for c in codes if c), 0)
+    # torchrun gone but ranks of ours alive (it was killed: they die with it, PDEATHSIG, unless
+    # the kernel has no such thing): stopped now, before run.json is written, so no rank is
+    # left to write it after us
+    orphans = supervise.kill_job(None, token)
     rank_errors = outcome.rank_errors(
         run, "".join(output_lines), opts.nproc // opts.nodes if net else 0
     )
     if status == "ok" and rc != 0:
         status = "failed"
-        errors = rank_errors or [
-            {"rank": None, "kind": "exit", "message": f"torchrun exited with status {rc}"}
-        ]
+        errors = rank_errors or [{"rank": None, "kind": "exit", "message": outcome.agent_exit(rc)}]
+        errors += orphans
     elif status == "timeout":
         errors += rank_errors
     wall = time.monotonic() - t0
