@@ -195,9 +195,8 @@ HANDSHAKE_KEYS = frozenset({"compression", "python", "pickle-protocol"})
 
 
 def _probe(address: str, timeout: float, security: Any) -> None:
-    """Connect to a tcp:// or tls:// ``address`` and read the peer's first message, which a
-    Dask scheduler sends unasked (distributed.comm.core.connect: both sides write their
-    handshake, then read): 8 bytes of length, the frame count and lengths, one msgpack map with
+    """Connect to a tcp:// or tls:// ``address``, send Dask's handshake and read the peer's
+    (distributed.comm.core.connect: both sides write their handshake, then read): 8 bytes of length, the frame count and lengths, one msgpack map with
     HANDSHAKE_KEYS. Bounded in time (``timeout`` in all) and in bytes; decoded without any
     extension or object hook, so nothing it holds is unpickled or run. Raises OSError saying
     what came instead."""
@@ -225,8 +224,7 @@ def _probe(address: str, timeout: float, security: Any) -> None:
             try:
                 chunk = sock.recv(n - len(got))
             except TimeoutError:
-                left()  # the deadline's message
-                raise
+                raise OSError(f"no Dask handshake within {timeout:g} s") from None
             if not chunk:
                 raise OSError("closed the connection before Dask's handshake: not a Dask scheduler")
             got += chunk
@@ -250,13 +248,19 @@ def _probe(address: str, timeout: float, security: Any) -> None:
                 )
             raw.settimeout(left())
             sock = ctx.wrap_socket(raw, server_hostname=host if ctx.check_hostname else None)
+        # ours first, as Dask's connect does (a server that waits for a request answers it)
+        mine = msgpack.packb(
+            {"compression": None, "python": tuple(sys.version_info[:3]), "pickle-protocol": 5}
+        )
+        sock.settimeout(left())
+        sock.sendall(struct.pack("<QQQ", 16 + len(mine), 1, len(mine)) + mine)
         (total,) = struct.unpack("<Q", read(sock, 8))
         if not 16 <= total <= HANDSHAKE_MAX_BYTES:
             raise not_dask(f"its first bytes announce {total} bytes, not a handshake")
         body = read(sock, total)
         (count,) = struct.unpack_from("<Q", body)
-        if not 1 <= count <= (total - 8) // 8:
-            raise not_dask(f"{count} frames announced")
+        if count != 1:  # more frames: objects serialised out of band, never in a handshake
+            raise not_dask(f"{count} frames in its handshake")
         lengths = struct.unpack_from(f"<{count}Q", body, 8)
         start = 8 * (1 + count)
         if start + sum(lengths) != total:
@@ -267,6 +271,15 @@ def _probe(address: str, timeout: float, security: Any) -> None:
             raise not_dask(f"undecodable handshake: {type(err).__name__}") from None
         if not isinstance(msg, dict) or not HANDSHAKE_KEYS <= set(msg):
             raise not_dask("its first message is not Dask's handshake")
+        if not all(_plain(v) for v in msg.values()):  # a serialised object: Dask would load it
+            raise not_dask("its handshake carries an object, not settings")
+
+
+def _plain(value: Any) -> bool:
+    """A handshake setting: None, a number, a string, or a tuple of those (Python's version)."""
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def _dask_probe(address: str, timeout: float, security: Any) -> None:
