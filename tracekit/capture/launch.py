@@ -64,7 +64,7 @@ def validate(opts: RunOptions) -> registry.Strategy:
     why = spec.layout_problem(opts.nproc, opts.nodes)
     if why:
         raise TracekitError(why)
-    why = _batch_problem(spec, opts)
+    why = _batch_problem(spec, opts) or _tensor_parallel_problem(spec, opts)
     if why:  # the ranks check it too, but a rank refusing leaves its peers to abort
         raise TracekitError(why)
     if opts.device == "cuda":
@@ -105,6 +105,25 @@ def _batch_problem(spec: registry.Strategy, opts: RunOptions) -> str | None:
                 f"--global-batch {batch} does not divide into {m} microbatches ({how}); "
                 "give --microbatches M with M dividing it, or another --nproc"
             )
+    return None
+
+
+def _tensor_parallel_problem(spec: registry.Strategy, opts: RunOptions) -> str | None:
+    """Why the model's heads or MLP width do not split over the tensor-parallel group (tp: all
+    the ranks; tp-dp: the ranks of one node), which the ranks would find only when they build
+    the model (instrumented_runs.tp), or None."""
+    if spec.module not in ("tp", "tp_dp"):
+        return None
+    from tracekit.strategies.model_shape import GPTConfig
+
+    cfg, t = GPTConfig(), opts.nproc // opts.nodes
+    where = "ranks" if spec.module == "tp" else "ranks per node"
+    if cfg.n_heads % t or (4 * cfg.d_model) % t:
+        return (
+            f"{spec.name}: the model's {cfg.n_heads} attention heads (and MLP width "
+            f"{4 * cfg.d_model}) do not split over {t} tensor-parallel {where}: use a "
+            f"divisor of {cfg.n_heads}"
+        )
     return None
 
 
