@@ -185,3 +185,35 @@ def test_a_killed_tracekit_takes_the_job_with_it(tmp_path: Path) -> None:
         pytest.skip("the ranks were stopped before they wrote a trace: nothing to analyse")
     done = run_cli("analyze", str(run), "--out", str(tmp_path / "analysis"), timeout=300)
     assert "it never finished" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_stuck_lock_holder_never_blocks_a_run_json_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds run.json's lock and never lets go (a rank stopped by SIGSTOP): the
+    update waits LOCK_WAIT_S, then goes ahead unlocked with a warning."""
+    from tracekit.capture import profiler
+
+    (tmp_path / "run.json").write_text('{"status": "running"}')
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(tmp_path)!r}, os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        monkeypatch.setattr(profiler, "LOCK_WAIT_S", 1.0)
+        t0 = time.monotonic()
+        with pytest.warns(profiler.ProfileWarning, match="updated unlocked"):
+            profiler._update_run_json(tmp_path, lambda d: d.update(status="failed"))
+        assert time.monotonic() - t0 < 30
+    finally:
+        holder.kill()
+        holder.wait(30)
+    assert run_json_at(tmp_path)["status"] == "failed"
+
+
+def run_json_at(run: Path) -> dict:
+    return json.loads((run / "run.json").read_text())
