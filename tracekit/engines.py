@@ -210,11 +210,12 @@ def _probe(address: str, timeout: float, security: Any) -> None:
     scheme, loc = parse_address(address)
     host, port = parse_host_port(loc)
     deadline = time.monotonic() + timeout
+    late = f"no Dask handshake within {timeout:g} s (is it a Dask scheduler?)"
 
     def left() -> float:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise OSError(f"no Dask handshake within {timeout:g} s (is it a Dask scheduler?)")
+            raise OSError(late)
         return remaining
 
     def read(sock: socket.socket, n: int) -> bytes:
@@ -224,7 +225,7 @@ def _probe(address: str, timeout: float, security: Any) -> None:
             try:
                 chunk = sock.recv(n - len(got))
             except TimeoutError:
-                raise OSError(f"no Dask handshake within {timeout:g} s") from None
+                raise OSError(late) from None
             if not chunk:
                 raise OSError("closed the connection before Dask's handshake: not a Dask scheduler")
             got += chunk
