@@ -10,7 +10,11 @@ A rank that raises leaves torchrun's error file (the strategies' entry points us
 ``torch.distributed.elastic...errors.record``); the launcher turns those, and torchrun's failure
 summary for ranks killed by a signal, into run.json ``errors`` with status "failed". On
 ``timeout`` every process of the job is killed and the status is "timeout"; Ctrl-C, SIGTERM and
-SIGHUP kill them too, with status "interrupted".
+SIGHUP kill them too, with status "interrupted" (a second signal only shortens the grace). Every
+process of the job carries a token in its environment (supervise.JOB_ENV), by which the launcher
+finds and stops exactly its own, even ranks whose torchrun was killed; torchrun dies with the
+launcher and each rank with its torchrun (PR_SET_PDEATHSIG). The launcher writes the final
+status once, after the last process of the job is gone; a rank never turns it into "ok".
 If rank 0 never wrote run.json the launcher writes it; traces that did get written are kept.
 
 ``--emulate-network`` (tracekit.capture.netns): every node's torchrun agent runs inside a network
@@ -281,7 +285,8 @@ def _run_agents(
                 pumps.append(pump)
             supervise.wait_all(procs, opts.timeout, token)
         except subprocess.TimeoutExpired:
-            stopped = [e for proc in procs for e in supervise.kill_job(proc, token)]
+            supervise.hurry_on_signals(hurry)  # Ctrl-C now: the stop goes on, only sooner
+            stopped = [e for proc in procs for e in supervise.kill_job(proc, token, hurry)]
             status = "timeout"
             errors.append(
                 {
