@@ -53,6 +53,7 @@ from instrumented_runs.data import global_batch, rank_slice
 from instrumented_runs.meters import ActivationPeak, StepMeter
 from instrumented_runs.model import GPTConfig
 from tracekit import capture, runfolder
+from tracekit.capture import supervise
 from tracekit.capture.straggler import Straggler, install_straggler
 from tracekit.strategies import options, registry
 
@@ -224,11 +225,21 @@ def _run_json(ctx: Context, topology: list[dict[str, Any]], status: str) -> dict
     }
 
 
+def _die_with_torchrun() -> None:
+    """Under ``tracekit run``: this rank dies when its torchrun does (SIGKILL from the kernel,
+    PR_SET_PDEATHSIG), and exits now if torchrun is gone already (its parent no longer carries
+    the job's token): it never trains on as an orphan, nor writes run.json after the launcher."""
+    token = os.environ.get(supervise.JOB_ENV)
+    if token and supervise.die_with_parent(signal.SIGKILL) and not supervise.parent_of_job(token):
+        os._exit(1)
+
+
 def start(name: str, argv: list[str] | None = None) -> Context:
     """Parse options, join the process group, agree on the run folder, write run.json (rank 0).
 
     What the strategy takes (options, precisions, global batch, layout) is its registry entry."""
     strategy = registry.STRATEGIES[name]
+    _die_with_torchrun()
     args = parse_args(strategy, argv)
     capture.exit_on_first_sigterm()  # a stopped rank still writes its trace
     torch.set_num_threads(1)  # torchrun sets OMP_NUM_THREADS=1, but not every launcher does
@@ -407,8 +418,9 @@ def finish(
         data["config"]["strategy_options"] = ctx.strategy_options
         if planted is not None:
             data["straggler"] = planted
-        data["status"] = "ok"
-        runfolder.write_json_atomic(runfolder.run_json_path(ctx.run), data)
+        if data.get("status") == "running":  # a final status (the launcher's) is never undone
+            data["status"] = "ok"
+            runfolder.write_json_atomic(runfolder.run_json_path(ctx.run), data)
         _log(f"[{ctx.strategy}] done: {ctx.run}")
     # destroyed and freed now, so no gloo worker still runs when Python finalises (the abort
     # at exit of issue #25: tracekit.capture.teardown); the context's references go too

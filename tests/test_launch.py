@@ -49,6 +49,8 @@ def _processes_mentioning(text: str) -> list[str]:
         (RunOptions("hsdp", nproc=2, nodes=1), "--nodes K >= 2"),  # layouts: refused before launch
         (RunOptions("hsdp", nproc=2, nodes=2), "at least 2 ranks per node"),
         (RunOptions("pp-gpipe", nproc=5), "only 4 blocks"),
+        (RunOptions("tp", nproc=8), "4 attention heads .* over 8 tensor-parallel ranks"),  # #24
+        (RunOptions("tp-dp", nproc=8, nodes=1), "over 8 tensor-parallel ranks per node"),
     ],
 )
 def test_bad_options(tmp_path: Path, opts: RunOptions, words: str) -> None:

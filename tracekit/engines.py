@@ -10,7 +10,9 @@
   own. Workers read the traces from the path they share with the driver. ``dask-jobqueue``
   starts such a cluster under Slurm, ``dask-kubernetes`` on Kubernetes (docs/cluster.md).
 
-The address defaults to ``$TRACEKIT_SCHEDULER``. Dask is optional
+The address defaults to ``$TRACEKIT_SCHEDULER``; tracekit connects nowhere else. A scheduler
+address is code execution by Dask's design (its messages carry pickles): name only a scheduler
+you trust, over tls:// with Dask's TLS settings where the network is shared. Dask is optional
 (``pip install 'tracekit-dist[cluster]'``) and imported only when an address is given.
 
 Failures are one line (:class:`~tracekit.errors.TracekitError`), never a traceback or a hang:
@@ -25,7 +27,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from concurrent.futures import CancelledError, Executor, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Executor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -155,33 +157,160 @@ def _require_dask(address: str) -> None:
 def _connect(address: str, timeout: float) -> Any:
     """A ``distributed.Client`` connected to ``address``, or a one-line TracekitError.
 
-    Reachability is checked first with Dask's own comm layer (connect + handshake), in a
-    thread of its own (the caller may be inside an event loop, as in Jupyter): a Client that
-    fails half-way through its constructor would hang the interpreter's exit and print a
-    traceback from its finaliser.
+    tcp:// and tls:// are probed first by :func:`_probe` (plain sockets, in this thread: Ctrl-C
+    ends the wait at once) until the peer has sent Dask's handshake, decoded without running
+    anything: whatever else answers there (an HTTP server, a listener that never speaks) is
+    one line within ``timeout``, and nothing it sent is unpickled. Only then does Dask's Client
+    connect, and from then on a scheduler is trusted by Dask's design (its messages may carry
+    pickles: a scheduler address is code execution, docs/cluster.md). TLS settings are Dask's
+    own (``distributed.comm.tls.*`` in its config, ``DASK_DISTRIBUTED__COMM__TLS__*`` in the
+    environment), used by the probe and the Client alike. Other schemes go to Dask's own
+    probe, in a daemon thread (the caller may be inside an event loop, as in Jupyter).
     """
     from distributed import Client
-    from distributed.comm import connect
     from distributed.security import Security
 
-    async def reach() -> None:
-        args = Security().get_connection_args("client")
-        comm = await connect(address, timeout=timeout, **args)
-        await comm.close()
+    security = Security()  # Dask's config: distributed.comm.tls.*, DASK_DISTRIBUTED__COMM__TLS__*
 
     def problem(err: BaseException) -> TracekitError:
         what = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return TracekitError(f"cannot reach the Dask scheduler at {address}: {what}")
 
-    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-dask-probe") as probe:
-        try:
-            probe.submit(_run_async, reach()).result(timeout + 5)
-        except Exception as err:  # any failure to reach it is the user's one line
-            raise problem(err) from None
     try:
-        return Client(address, timeout=timeout, set_as_default=False)
+        if address.startswith(("tcp://", "tls://")):
+            _probe(address, timeout, security)
+        else:
+            _dask_probe(address, timeout, security)
+    except Exception as err:  # any failure to reach it is the user's one line
+        raise problem(err) from None
+    try:
+        return Client(address, timeout=timeout, set_as_default=False, security=security)
     except Exception as err:
         raise problem(err) from None
+
+
+#: Dask's handshake is a small msgpack map; a peer announcing more is not a Dask scheduler
+HANDSHAKE_MAX_BYTES = 64 << 10
+HANDSHAKE_KEYS = frozenset({"compression", "python", "pickle-protocol"})
+
+
+def _probe(address: str, timeout: float, security: Any) -> None:
+    """Connect to a tcp:// or tls:// ``address``, send Dask's handshake and read the peer's
+    (distributed.comm.core.connect: both sides write their handshake, then read): 8 bytes of length, the frame count and lengths, one msgpack map with
+    HANDSHAKE_KEYS. Bounded in time (``timeout`` in all) and in bytes; decoded without any
+    extension or object hook, so nothing it holds is unpickled or run. Raises OSError saying
+    what came instead."""
+    import socket
+    import struct
+    import time
+
+    import msgpack  # type: ignore[import-untyped]  # Dask's own dependency
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, loc = parse_address(address)
+    host, port = parse_host_port(loc)
+    deadline = time.monotonic() + timeout
+    late = f"no Dask handshake within {timeout:g} s (is it a Dask scheduler?)"
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise OSError(late)
+        return remaining
+
+    def read(sock: socket.socket, n: int) -> bytes:
+        got = b""
+        while len(got) < n:
+            sock.settimeout(left())
+            try:
+                chunk = sock.recv(n - len(got))
+            except TimeoutError:
+                raise OSError(late) from None
+            if not chunk:
+                raise OSError("closed the connection before Dask's handshake: not a Dask scheduler")
+            got += chunk
+        return got
+
+    def not_dask(why: str) -> OSError:
+        return OSError(f"not a Dask scheduler ({why})")
+
+    try:
+        raw = socket.create_connection((host, port), timeout=left())
+    except TimeoutError:
+        raise OSError(f"no answer within {timeout:g} s") from None
+    with raw:
+        sock = raw
+        if scheme == "tls":
+            ctx = security.get_connection_args("client").get("ssl_context")
+            if ctx is None:
+                raise OSError(
+                    "tls:// needs Dask's TLS settings (distributed.comm.tls.ca-file, "
+                    ".client.cert and .client.key, or DASK_DISTRIBUTED__COMM__TLS__*)"
+                )
+            raw.settimeout(left())
+            sock = ctx.wrap_socket(raw, server_hostname=host if ctx.check_hostname else None)
+        # ours first, as Dask's connect does (a server that waits for a request answers it)
+        mine = msgpack.packb(
+            {"compression": None, "python": tuple(sys.version_info[:3]), "pickle-protocol": 5}
+        )
+        sock.settimeout(left())
+        sock.sendall(struct.pack("<QQQ", 16 + len(mine), 1, len(mine)) + mine)
+        (total,) = struct.unpack("<Q", read(sock, 8))
+        if not 16 <= total <= HANDSHAKE_MAX_BYTES:
+            raise not_dask(f"its first bytes announce {total} bytes, not a handshake")
+        body = read(sock, total)
+        (count,) = struct.unpack_from("<Q", body)
+        if count != 1:  # more frames: objects serialised out of band, never in a handshake
+            raise not_dask(f"{count} frames in its handshake")
+        lengths = struct.unpack_from(f"<{count}Q", body, 8)
+        start = 8 * (1 + count)
+        if start + sum(lengths) != total:
+            raise not_dask("frame lengths that do not add up")
+        try:  # no ext_hook, no object_hook: a pickle inside stays bytes
+            msg = msgpack.unpackb(body[start : start + lengths[0]], raw=False, use_list=False)
+        except Exception as err:  # noqa: BLE001 - msgpack raises several kinds on garbage
+            raise not_dask(f"undecodable handshake: {type(err).__name__}") from None
+        if not isinstance(msg, dict) or not HANDSHAKE_KEYS <= set(msg):
+            raise not_dask("its first message is not Dask's handshake")
+        if not all(_plain(v) for v in msg.values()):  # a serialised object: Dask would load it
+            raise not_dask("its handshake carries an object, not settings")
+
+
+def _plain(value: Any) -> bool:
+    """A handshake setting: None, a number, a string, or a tuple of those (Python's version)."""
+    if isinstance(value, tuple):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _dask_probe(address: str, timeout: float, security: Any) -> None:
+    """Dask's own connect and handshake (schemes other than tcp:// and tls://), in a daemon
+    thread waited on for ``timeout`` + 5 s: a peer that never answers is never joined."""
+    import queue
+    import threading
+
+    from distributed.comm import connect
+
+    async def reach() -> None:
+        comm = await connect(address, timeout=timeout, **security.get_connection_args("client"))
+        await comm.close()
+
+    done: queue.Queue[BaseException | None] = queue.Queue()
+
+    def attempt() -> None:
+        try:
+            _run_async(reach())
+            done.put(None)
+        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread
+            done.put(err)
+
+    threading.Thread(target=attempt, name="tracekit-dask-probe", daemon=True).start()
+    try:
+        err = done.get(timeout=timeout + 5)
+    except queue.Empty:
+        raise OSError(f"no Dask handshake within {timeout:g} s") from None
+    if err is not None:
+        raise err
 
 
 @contextmanager

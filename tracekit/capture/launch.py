@@ -10,7 +10,11 @@ A rank that raises leaves torchrun's error file (the strategies' entry points us
 ``torch.distributed.elastic...errors.record``); the launcher turns those, and torchrun's failure
 summary for ranks killed by a signal, into run.json ``errors`` with status "failed". On
 ``timeout`` every process of the job is killed and the status is "timeout"; Ctrl-C, SIGTERM and
-SIGHUP kill them too, with status "interrupted".
+SIGHUP kill them too, with status "interrupted" (a second signal only shortens the grace). Every
+process of the job carries a token in its environment (supervise.JOB_ENV), by which the launcher
+finds and stops exactly its own, even ranks whose torchrun was killed; torchrun dies with the
+launcher and each rank with its torchrun (PR_SET_PDEATHSIG). The launcher writes the final
+status once, after the last process of the job is gone; a rank never turns it into "ok".
 If rank 0 never wrote run.json the launcher writes it; traces that did get written are kept.
 
 ``--emulate-network`` (tracekit.capture.netns): every node's torchrun agent runs inside a network
@@ -30,6 +34,7 @@ ended, in run.json: tracekit.capture.outcome.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -63,7 +68,7 @@ def validate(opts: RunOptions) -> registry.Strategy:
     why = spec.layout_problem(opts.nproc, opts.nodes)
     if why:
         raise TracekitError(why)
-    why = _batch_problem(spec, opts)
+    why = _batch_problem(spec, opts) or _tensor_parallel_problem(spec, opts)
     if why:  # the ranks check it too, but a rank refusing leaves its peers to abort
         raise TracekitError(why)
     if opts.device == "cuda":
@@ -104,6 +109,25 @@ def _batch_problem(spec: registry.Strategy, opts: RunOptions) -> str | None:
                 f"--global-batch {batch} does not divide into {m} microbatches ({how}); "
                 "give --microbatches M with M dividing it, or another --nproc"
             )
+    return None
+
+
+def _tensor_parallel_problem(spec: registry.Strategy, opts: RunOptions) -> str | None:
+    """Why the model's heads or MLP width do not split over the tensor-parallel group (tp: all
+    the ranks; tp-dp: the ranks of one node), which the ranks would find only when they build
+    the model (instrumented_runs.tp), or None."""
+    if spec.module not in ("tp", "tp_dp"):
+        return None
+    from tracekit.strategies.model_shape import GPTConfig
+
+    cfg, t = GPTConfig(), opts.nproc // opts.nodes
+    where = "ranks" if spec.module == "tp" else "ranks per node"
+    if cfg.n_heads % t or (4 * cfg.d_model) % t:
+        return (
+            f"{spec.name}: the model's {cfg.n_heads} attention heads (and MLP width "
+            f"{4 * cfg.d_model}) do not split over {t} tensor-parallel {where}: use a "
+            f"divisor of {cfg.n_heads}"
+        )
     return None
 
 
@@ -179,11 +203,15 @@ def _commands(
 def run_job(opts: RunOptions, log: supervise.Sink = sys.stderr) -> Path:
     """Run one strategy job; return its run folder (run.json ``status`` tells how it went)."""
     spec = validate(opts)
+    hurry = threading.Event()
 
     def terminate(signum: int, frame: object) -> None:
-        raise Terminated(signum)
+        # the first signal stops the job; later ones (a second Ctrl-C, timeout's re-sent
+        # SIGINT) only cut the grace short: they never interrupt the stopping half-way
+        supervise.hurry_on_signals(hurry)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
-    previous = supervise.on_signals(terminate)
+    previous = supervise.on_signals(terminate, terminate)
     net = None
     try:
         if opts.emulate_network:  # first, so that a failure leaves no half-made run folder
@@ -196,7 +224,7 @@ def run_job(opts: RunOptions, log: supervise.Sink = sys.stderr) -> Path:
         outcome.logs_dir(run).mkdir(parents=True, exist_ok=True)
         if backend_of(opts) == "nccl":
             runfolder.nccl_dir(run).mkdir(parents=True, exist_ok=True)
-        return _run_agents(opts, spec, run, net, log)
+        return _run_agents(opts, spec, run, net, log, hurry)
     finally:
         if net is not None:
             net.close()
@@ -205,10 +233,16 @@ def run_job(opts: RunOptions, log: supervise.Sink = sys.stderr) -> Path:
 
 
 def _run_agents(
-    opts: RunOptions, spec: registry.Strategy, run: Path, net: Any, log: supervise.Sink
+    opts: RunOptions,
+    spec: registry.Strategy,
+    run: Path,
+    net: Any,
+    log: supervise.Sink,
+    hurry: threading.Event,
 ) -> Path:
     logs = outcome.logs_dir(run)
-    commands = _commands(opts, spec, run, net)
+    token = secrets.token_hex(8)  # marks every process of this job: we stop those, and only those
+    commands = [(c, {**e, supervise.JOB_ENV: token}) for c, e in _commands(opts, spec, run, net)]
     cmd = commands[0][0] if len(commands) == 1 else [c for c, _ in commands]
     where = (
         f" on {opts.nodes} emulated nodes ({opts.inter_node_bandwidth} between them)" if net else ""
@@ -224,7 +258,9 @@ def _run_agents(
     }
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
+    me = os.getpid()
     with open(logs / "launcher.log", "w") as log_file:
+        sinks: list[supervise.Sink] = [log, log_file]
         try:
             for command, env in commands:
                 proc = subprocess.Popen(
@@ -236,18 +272,21 @@ def _run_agents(
                     text=True,
                     errors="replace",
                     start_new_session=True,
+                    # torchrun dies with us (SIGTERM: it stops its ranks), even if we are killed
+                    preexec_fn=lambda: supervise.die_with_parent(signal.SIGTERM, me),
                 )
                 procs.append(proc)
                 pump = threading.Thread(
                     target=supervise.pump,
-                    args=(proc.stdout, [log, log_file], output_lines),
+                    args=(proc.stdout, sinks, output_lines),
                     daemon=True,
                 )
                 pump.start()
                 pumps.append(pump)
-            supervise.wait_all(procs, opts.timeout)
+            supervise.wait_all(procs, opts.timeout, token)
         except subprocess.TimeoutExpired:
-            stopped = [e for proc in procs for e in supervise.kill_job(proc)]
+            supervise.hurry_on_signals(hurry)  # Ctrl-C now: the stop goes on, only sooner
+            stopped = [e for proc in procs for e in supervise.kill_job(proc, token, hurry)]
             status = "timeout"
             errors.append(
                 {
@@ -258,8 +297,13 @@ def _run_agents(
             )
             errors += stopped
         except KeyboardInterrupt as exc:
+            supervise.hurry_on_signals(hurry)  # (already, unless it came from elsewhere)
+            # torchrun answers our SIGTERM with a 25-line traceback: logs/ keeps it, not the
+            # terminal, where the one line is `tracekit: interrupted`
+            sinks.remove(log)
             for proc in procs:
-                supervise.kill_job(proc)
+                supervise.kill_job(proc, token, hurry)
+            supervise.kill_job(None, token, hurry)  # ranks that outlived a dead torchrun
             for pump in pumps:
                 pump.join(timeout=2)
             how = (
@@ -286,14 +330,17 @@ def _run_agents(
             pump.join(timeout=5)
     codes = [p.returncode for p in procs]
     rc = next((c for c in codes if c), 0)
+    # torchrun gone but ranks of ours alive (it was killed: they die with it, PDEATHSIG, unless
+    # the kernel has no such thing): stopped now, before run.json is written, so no rank is
+    # left to write it after us
+    orphans = supervise.kill_job(None, token)
     rank_errors = outcome.rank_errors(
         run, "".join(output_lines), opts.nproc // opts.nodes if net else 0
     )
     if status == "ok" and rc != 0:
         status = "failed"
-        errors = rank_errors or [
-            {"rank": None, "kind": "exit", "message": f"torchrun exited with status {rc}"}
-        ]
+        errors = rank_errors or [{"rank": None, "kind": "exit", "message": outcome.agent_exit(rc)}]
+        errors += orphans
     elif status == "timeout":
         errors += rank_errors
     wall = time.monotonic() - t0

@@ -143,6 +143,14 @@ def rank_errors(run: Path, output: str, per_node: int = 0) -> list[dict[str, Any
     return errors
 
 
+def agent_exit(code: int) -> str:
+    """torchrun's exit status in words (a negative one: the signal that killed it)."""
+    if code < 0 and -code in signal.Signals._value2member_map_:
+        name = signal.Signals(-code).name
+        return f"torchrun was killed by {name} (exit status {code}); its ranks were stopped"
+    return f"torchrun exited with status {code}"
+
+
 def fallback_run_json(opts: RunOptions, run: Path, quick: bool = False) -> dict[str, Any]:
     """run.json when rank 0 never wrote one: what the launcher knows. ``quick`` (interrupted):
     without importing torch (tracekit.capture.records), which takes seconds on a busy machine; the

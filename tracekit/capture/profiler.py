@@ -36,6 +36,7 @@ callback (duck-typed: ``on_train_begin``/``on_train_start``, ``on_step_end``/
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import functools
 import inspect
@@ -83,7 +84,7 @@ def _update_run_json(run: Path, change: Callable[[dict[str, Any]], None]) -> Non
     each other's entries (flock: best effort on network file systems)."""
     fd = os.open(run, os.O_RDONLY)  # flock on the run folder itself: no lock file left behind
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _lock(fd, run)
         try:
             data = runfolder.load_run_json(run) or {}
         except Exception:  # noqa: BLE001 - a damaged run.json is rewritten, never fatal here
@@ -92,6 +93,19 @@ def _update_run_json(run: Path, change: Callable[[dict[str, Any]], None]) -> Non
         runfolder.write_json_atomic(runfolder.run_json_path(run), data)
     finally:
         os.close(fd)  # releases the lock
+
+
+LOCK_WAIT_S = 30.0  # a holder writes a few kB: longer, it is stuck (SIGSTOP, a hung NFS)
+
+
+def _lock(fd: int, run: Path) -> None:
+    """flock(LOCK_EX) waited for at most LOCK_WAIT_S, then the update goes ahead unlocked."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(BlockingIOError):
+            return fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        time.sleep(0.05)
+    _warnings.warn(f"{run}: run.json locked {LOCK_WAIT_S:g} s; updated unlocked", ProfileWarning, 3)
 
 
 # --- the profiler --------------------------------------------------------------------------------

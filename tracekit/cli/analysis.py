@@ -107,7 +107,9 @@ def _check_cache_dir(cache_dir: Path | None, path: Path, out: Path) -> None:
     default=None,
     metavar="ADDRESS",
     help="parse the ranks on a Dask cluster, e.g. tcp://HOST:8786 (default $TRACEKIT_SCHEDULER; "
-    "also threads or processes); needs pip install 'tracekit-dist[cluster]'",
+    "also threads or processes); needs pip install 'tracekit-dist[cluster]'. A scheduler address "
+    "is code execution (Dask's protocol carries pickles): name only one you trust; tls:// uses "
+    "Dask's TLS settings (DASK_DISTRIBUTED__COMM__TLS__*, docs/cluster.md)",
 )
 def analyze_cmd(
     path: Path,
