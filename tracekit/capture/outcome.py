@@ -204,10 +204,11 @@ def fallback_run_json(opts: RunOptions, run: Path, quick: bool = False) -> dict[
 def finalise(
     opts: RunOptions, run: Path, status: str, errors: list[dict[str, Any]], launch: dict[str, Any]
 ) -> None:
+    # a rank killed while exporting leaves its temporary file. Ours by construction, not by
+    # name: RUN was made by this launch (runfolder.new_run_dir: an exclusive mkdir), so all
+    # that is in its traces/ and nccl/ was written by this job's ranks
     for folder in (runfolder.traces_dir(run), runfolder.nccl_dir(run)):
-        for tmp in folder.glob(
-            ".*.tmp*"
-        ):  # a rank killed while exporting leaves its temporary file
+        for tmp in folder.glob(".*.tmp*"):
             tmp.unlink(missing_ok=True)
     try:
         data = runfolder.load_run_json(run)
