@@ -5,9 +5,12 @@ For dp, fsdp and pp-1f1b at 2 ranks, one run as is and one with ``--straggler 1:
 back to back. Per pair it checks the issue's four claims on the straggler run:
 
     top cause      summary.json why.top_cause is the injected rank
-    charged        the waits charged to it (why.root_causes.per_rank) are within 25 % of the
-                   extra compute it ran (run.json straggler.injected_s, summed over the
-                   profiled steps)
+    charged        the waits charged to it (why.root_causes.per_rank) beyond those charged to
+                   it in the clean run are within 25 % of the extra compute it ran (run.json
+                   straggler.injected_s, summed over the profiled steps). The clean run's own
+                   charges are the schedule's: a pipeline's last stage holds the first up by
+                   its backward in every run (pp-1f1b: 0.155 s of 0.786 s); the raw charge is
+                   in the table beside it
     path           the critical path's largest share per rank is the injected rank's, and
                    compute is its largest state
     without        ``tracekit predict --without-straggler`` on the straggler run predicts the
@@ -78,6 +81,15 @@ def check(clean: Path, slowed: Path) -> dict[str, Any]:
         a.close()
     c = analyze(clean)
     try:
+        clean_why = c.summary.why
+        clean_charged = next(
+            (
+                x.cost_s
+                for x in (clean_why.root_causes.per_rank if clean_why else [])
+                if x.rank == planted["rank"]
+            ),
+            0.0,
+        )
         cm = P.build(c)
         clean_step = P.straggler_block(cm, False, [])["measured_step_time_s"]
     finally:
@@ -95,7 +107,9 @@ def check(clean: Path, slowed: Path) -> dict[str, Any]:
         "top_cause": why.top_cause,
         "injected_s": injected,
         "charged_s": charged,
-        "charged_error": _rel(charged, injected),
+        "clean_charged_s": clean_charged,
+        "charged_error": _rel(charged - clean_charged, injected),
+        "raw_charged_error": _rel(charged, injected),
         "path_rank": top_path.rank if top_path else None,
         "path_share": top_path.share if top_path else None,
         "path_state": top_state,
@@ -109,13 +123,14 @@ def check(clean: Path, slowed: Path) -> dict[str, Any]:
     }
 
 
-def verdicts(row: dict[str, Any]) -> dict[str, bool]:
+def verdicts(row: dict[str, Any], slack: float = 1.0) -> dict[str, bool]:
+    """Each claim met or not; ``slack`` widens the two timed bounds (the test suite's 2x)."""
     ce, we = row["charged_error"], row["without_error"]
     return {
         "top cause": row["top_cause"] == row["rank"],
-        "charged": ce is not None and abs(ce) <= CHARGED_WITHIN,
+        "charged": ce is not None and abs(ce) <= CHARGED_WITHIN * slack,
         "path": row["path_rank"] == row["rank"] and row["path_state"] == "compute",
-        "without": we is not None and abs(we) <= WITHOUT_WITHIN,
+        "without": we is not None and abs(we) <= WITHOUT_WITHIN * slack,
     }
 
 
@@ -127,16 +142,19 @@ def _f(x: float | None, pct: bool = False) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| strategy | top cause | injected s | charged s (err) | path: rank, share, state "
+        "| strategy | top cause | injected s | charged s (raw err) | charged in the clean run s "
+        "| charged beyond the clean run (err) | path: rank, share, state "
         "| clean step s | straggler step s | without s (err) | peer work/step clean, straggler run "
         "| met |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         v = verdicts(r)
         lines.append(
             f"| {r['strategy']} {r['rank']}:{r['factor']:g} | rank {r['top_cause']} "
-            f"| {_f(r['injected_s'])} | {_f(r['charged_s'])} ({_f(r['charged_error'], True)}) "
+            f"| {_f(r['injected_s'])} | {_f(r['charged_s'])} ({_f(r['raw_charged_error'], True)}) "
+            f"| {_f(r['clean_charged_s'])} "
+            f"| {_f(r['charged_s'] - r['clean_charged_s'])} ({_f(r['charged_error'], True)}) "
             f"| rank {r['path_rank']}, {_f(r['path_share'])}, {r['path_state']} "
             f"| {_f(r['clean_step_s'])} | {_f(r['straggler_step_s'])} "
             f"| {_f(r['without_s'])} ({_f(r['without_error'], True)}) "

@@ -51,12 +51,15 @@ def test_a_faster_rank_by_hand() -> None:
 
 
 def test_without_the_straggler_by_hand() -> None:
-    """Rank 1's work is 40 ms a step, rank 0's 20: speed 2, so rank 1 posts at 15 ms, the call
-    ends at 16, rank 0 ends at 26 (its own 10 ms after it)."""
+    """Rank 1's work is 40 ms a step, rank 0's 20 (window speed 2), but all of its excess lies
+    before the call: 30 ms of work against rank 0's 10 there (s = 3), 10 against 10 after it
+    (s = 1). Interval by interval, rank 1 posts at 10 ms, the call ends at 11 and both end at
+    21 ms: the step without the excess. (One window-wide speed 2 posted at 15 and ended at 26.)"""
     progs, calls = _two_ranks()
     got = sr.without(progs, calls, 1, {0: 0.020, 1: 0.040})
     assert got is not None and got["speed"] == pytest.approx(2.0)
-    assert got["step_time_s"] == pytest.approx(0.026)
+    assert got["intervals"] == 2
+    assert got["step_time_s"] == pytest.approx(0.021)
     assert got["replayed_step_time_s"] == pytest.approx(0.041)
     assert got["measured_step_time_s"] == pytest.approx(0.041)
     # no excess (it did less than its peer): nothing removed

@@ -11,15 +11,19 @@ The network replay (tracekit.analyses.network_replay) with every call at its mea
 
 ``--rank-speed R:S`` gives s; ``--without-straggler`` takes the why analysis's top cause d
 (summary.json ``why.top_cause``, Böhme et al.'s delay analysis) and removes its excess: in each
-profiled step k, d's work is set to what its busiest peer needed in that step,
+interval i between consecutive synchronisation points (the posts of calls every rank makes,
+and the step marks, where they come in the same order on every rank), d's work is set to what
+its busiest peer needed between the same points (Böhme et al.'s excess since the previous
+synchronisation point),
 
-    s_k = work_d,k / max over the other ranks r of work_r,k      (at least 1: never slower)
+    s_i = work_d,i / max over the other ranks r of work_r,i      (at least 1: never slower)
 
-with work = the step's span less the time the rank was blocked in waits (waiting and exposed
-transfer: the programs' blocked intervals). Per step, because an excess is rarely even (a first
-step's extra is often twice the last's): one window-wide speed left the early steps slow and
-sped the late ones past need. Work outside the steps runs at the window's speed
-(``speed``: work_d / max peer work, per profiled step). A speed of 1 or less (no excess) leaves
+with work = the interval's span less the time the rank was blocked in waits (waiting and
+exposed transfer: the programs' blocked intervals). Interval by interval, because an excess is
+rarely even: one window-wide speed sped d's optimizer and its calls' CPU side, which its peers
+did as slowly, and left its inflated forward and backward late, so the replay still waited at
+every call (fsdp: +28 % over the clean run's step). Work outside the intervals runs at the
+window's speed (``speed``: work_d / max peer work, per profiled step). A speed of 1 or less (no excess) leaves
 the step as replayed. docs/predict.md "Straggler what-if".
 """
 
@@ -94,21 +98,38 @@ def _step_marks(p: Program) -> dict[int, tuple[int, int]]:
     }
 
 
-def step_segments(progs: dict[int, Program], rank: int) -> tuple[Segment, ...]:
-    """RANK's steps as segments at speed s_k (see the module docstring): its work in step k over
-    its busiest peer's in the same step; steps not every rank has are left out."""
-    marks = {r: _step_marks(p) for r, p in progs.items()}
+def _boundaries(p: Program) -> dict[tuple, int]:
+    """The points every rank passes, by key: its posts of calls (("call", id)) and its step
+    marks (("mark", step, "start"|"end")), at measured ns."""
+    out: dict[tuple, int] = {}
+    for it in p.items:
+        if it.kind == "post" and it.call_id is not None:
+            out.setdefault(("call", it.call_id), it.t_ns)
+        elif it.kind == "mark" and it.key:
+            out.setdefault(("mark", *it.key), it.t_ns)
+    return out
+
+
+def excess_segments(progs: dict[int, Program], rank: int) -> tuple[Segment, ...]:
+    """RANK's excess, interval by interval (Böhme et al.'s delay: the work it did since the
+    previous synchronisation point that its peers did not have to do): between consecutive
+    points every rank passes in the same order (calls' posts, step marks), the interval runs at
+    s_i = its work there / its busiest peer's work between the same points (at least 1)."""
+    points = {r: _boundaries(p) for r, p in progs.items()}
+    mine = points.get(rank, {})
+    peers = [r for r in progs if r != rank]
+    shared = sorted((t, key) for key, t in mine.items() if all(key in points[r] for r in peers))
+    kept: list[tuple] = []  # points in the same order on every rank
+    for _, key in shared:
+        if not kept or all(points[r][key] > points[r][kept[-1]] for r in [rank, *peers]):
+            kept.append(key)
     out = []
-    for k, (t0, t1) in sorted(marks.get(rank, {}).items(), key=lambda kv: kv[1]):
-        peers = [
-            progs[r].work_ns(m[k][1]) - progs[r].work_ns(m[k][0])
-            for r, m in marks.items()
-            if r != rank and k in m
-        ]
-        if not peers or max(peers) <= 0 or len(peers) < len(progs) - 1:
-            continue
-        mine = progs[rank].work_ns(t1) - progs[rank].work_ns(t0)
-        out.append((t0, t1, max(1.0, mine / max(peers))))
+    for k0, k1 in zip(kept, kept[1:]):
+        t0, t1 = mine[k0], mine[k1]
+        w = progs[rank].work_ns(t1) - progs[rank].work_ns(t0)
+        pw = max(progs[r].work_ns(points[r][k1]) - progs[r].work_ns(points[r][k0]) for r in peers)
+        if w > 0 and pw > 0:
+            out.append((t0, t1, max(1.0, w / pw)))
     return tuple(out)
 
 
@@ -210,14 +231,14 @@ def without(
     if speed is None or rank not in progs:
         return None
     own = model.replay(progs, calls, model.Network(measured=True), run_inter_bits)
-    segs = step_segments(progs, rank)
+    segs = excess_segments(progs, rank) if len(progs) > 1 else ()
     rep = replay_at(progs, calls, {rank: max(1.0, speed)}, run_inter_bits, {rank: segs})
     point = {"step_time_s": model.slowest(rep), "step_times_s": step_times(rep)}
     peers = {r: v for r, v in work_s.items() if r != rank}
     return {
         "rank": rank,
         "speed": speed,
-        "step_speeds": [s for _, _, s in segs],
+        "intervals": len(segs),
         "work_s": work_s[rank],
         "peer_work_s": max(peers.values()),
         "step_time_s": point["step_time_s"],

@@ -210,7 +210,8 @@ class CriticalPath(Record):
 
 class WhatIf(Record):
     """The step without the top cause's excess work: the network replay at measured transfers
-    with that rank's work set to its busiest peer's (tracekit.analyses.straggler_replay;
+    with that rank's work, between synchronisation points, set to its busiest peer's
+    (tracekit.analyses.straggler_replay;
     `tracekit predict --without-straggler` gives the same numbers)."""
 
     rank: Annotated[int, M("the rank whose excess is removed: why.top_cause")]
