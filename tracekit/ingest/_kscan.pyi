@@ -10,3 +10,8 @@ def scan(
     top-level keys), or None when it declines the file (the msgspec path then reads it) or
     stops because ``stop[0]`` was set (tracekit.stopping). In the main thread it runs Python's
     signal handlers every megabyte: Ctrl-C raises KeyboardInterrupt out of it."""
+
+def split(data: bytes | bytearray | memoryview, start: int) -> tuple[int, bool]:
+    """Where a run of whole elements of a JSON array ends in ``data[start:]`` (which begins
+    between two elements): (just after the last one closed at depth 0, or ``start``; True when
+    the array's own ``]`` was found, at that end)."""

@@ -297,5 +297,8 @@ def read_head(path: Path, head_bytes: int = HEAD_BYTES) -> bytes | None:
 
 
 def prefetch(paths: Sequence[Path], budget: int = read_ahead.PREFETCH_BYTES) -> threading.Thread:
-    """Start reading PATHS ahead (tracekit.ingest.read_ahead) as :func:`read_bytes` reads them."""
-    return read_ahead.start(paths, _read_now, budget)
+    """Start reading PATHS ahead (tracekit.ingest.read_ahead) as :func:`read_bytes` reads them;
+    not those that will be read in parts (tracekit.ingest.rank_memory), which it would hold."""
+    from tracekit.ingest.rank_memory import should_stream
+
+    return read_ahead.start([p for p in paths if not should_stream(p)], _read_now, budget)

@@ -29,11 +29,12 @@ import polars as pl
 from tracekit import stopping
 from tracekit.errors import TracekitError
 from tracekit.ingest import cache as trace_cache
-from tracekit.ingest import foreign, kineto
+from tracekit.ingest import foreign, kineto, kineto_stream
 from tracekit.ingest.cache_paths import candidates
 from tracekit.ingest.kineto import _check_ranks, _default_workers, _idle_cpus, _spawn_can_start
 from tracekit.ingest.kineto_files import pin_mmap_threshold
 from tracekit.ingest.kineto_info import TraceInfo
+from tracekit.ingest.rank_memory import should_stream
 from tracekit.ingest.read_options import ReadOptions
 from tracekit.ingest.spill import EventsRef, Spill, write
 
@@ -94,6 +95,11 @@ def _scan(
             held = hold(int(frame.estimated_size()))
             ref = EventsRef(frame=frame) if held else EventsRef(path=str(found[0]))
             return digest(info, frame, ref)
+    if should_stream(trace):  # bigger than $TRACEKIT_RANK_MEMORY: in parts
+        streamed = kineto_stream.read_streamed(trace, folder())
+        if streamed is not None:
+            s = streamed
+            return RankScan(s.info, s.slim, EventsRef(parts=s.parts), s.facts, s.flags)
     want = trace_cache.key(trace) if store else None
     info, frame = kineto.read_trace(trace)
     if hold(int(frame.estimated_size())):
