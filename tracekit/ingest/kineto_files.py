@@ -301,4 +301,8 @@ def prefetch(paths: Sequence[Path], budget: int = read_ahead.PREFETCH_BYTES) -> 
     not those that will be read in parts (tracekit.ingest.rank_memory), which it would hold."""
     from tracekit.ingest.rank_memory import should_stream
 
-    return read_ahead.start([p for p in paths if not should_stream(p)], _read_now, budget)
+    try:
+        paths = [p for p in paths if not should_stream(p)]
+    except TracekitError:  # a bad $TRACEKIT_RANK_MEMORY: the read says so, nothing read ahead
+        paths = []
+    return read_ahead.start(paths, _read_now, budget)

@@ -268,20 +268,25 @@ def read_streamed(path: Path, folder: str | Path, setting: int | None = None) ->
     block = block_bytes(rank_memory() if setting is None else setting)
     where = Path(folder) / f"stream-{uuid.uuid4().hex}"
     where.mkdir()
+    done: Streamed | None = None
     try:
         raw = _pass_one(path, where, block)
-        if raw is None:
-            return None
-        try:
-            top = _decode(raw.top_doc, path)
-        except TracekitError:
-            return None  # the held read words it
-        return _pass_two(path, where, top, raw)
+        if raw is not None:
+            try:
+                top = _decode(raw.top_doc, path)
+            except TracekitError:
+                return None  # the held read words it
+            done = _pass_two(path, where, top, raw)
+        return done
     except OSError as exc:
         raise TracekitError(f"cannot read the file ({exc.strerror or exc})", path) from None
-    finally:
-        for f in where.glob("raw-*.parquet"):  # ours: made above
+    finally:  # the raw parts always, and the folder unless it holds the events: all made here
+        for f in where.glob("raw-*.parquet"):
             f.unlink()
+        if done is None:
+            for f in where.glob("events-*.parquet"):
+                f.unlink()
+            where.rmdir()
 
 
 def _pass_two(path: Path, where: Path, top: Any, raw: _Raw) -> Streamed:
