@@ -153,3 +153,19 @@ def test_the_bound_holds_under_ulimit(big_rank: Path) -> None:
     held = _read_under_limit(big_rank, "1T", allow)
     assert held.returncode != 0, held.stdout
     assert "memory allocation" in held.stderr or "MemoryError" in held.stderr, held.stderr[-2000:]
+
+
+def test_streamed_rank_writes_its_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cache=True: the entry is written from the parts, and a warm analysis reads it back."""
+    held, _ = _summary(RANK, "1T", monkeypatch)
+    monkeypatch.setenv(MEMORY_ENV, "1")
+    cold = tracekit.analyze(RANK, cache=True, cache_dir=tmp_path)
+    assert cold.events_at[0].parts
+    entries = list(tmp_path.glob("*.events.parquet"))
+    assert len(entries) == 1
+    warm = tracekit.analyze(RANK, cache=True, cache_dir=tmp_path)
+    assert warm.events_at[0].parts == ()  # read from the entry, not streamed again
+    for a in (cold, warm):
+        assert json.dumps(a.summary_dict(), sort_keys=True) == held

@@ -95,12 +95,14 @@ def _scan(
             held = hold(int(frame.estimated_size()))
             ref = EventsRef(frame=frame) if held else EventsRef(path=str(found[0]))
             return digest(info, frame, ref)
+    want = trace_cache.key(trace) if store else None
     if should_stream(trace):  # bigger than $TRACEKIT_RANK_MEMORY: in parts
         streamed = kineto_stream.read_streamed(trace, folder())
         if streamed is not None:
-            s = streamed
-            return RankScan(s.info, s.slim, EventsRef(parts=s.parts), s.facts, s.flags)
-    want = trace_cache.key(trace) if store else None
+            s, ref = streamed, EventsRef(parts=streamed.parts)
+            if store:  # the entry streamed from the parts, which stay where the events wait
+                trace_cache.store(trace, s.info, ref.lazy(), cache_dir, want)
+            return RankScan(s.info, s.slim, ref, s.facts, s.flags)
     info, frame = kineto.read_trace(trace)
     if hold(int(frame.estimated_size())):
         if store:  # held, and the entry written (in the background when there is a writer)
