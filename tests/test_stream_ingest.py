@@ -39,6 +39,8 @@ def test_split_finds_whole_events() -> None:
     assert (data[:end], closed) == (b'{"a": "}\\"]"}, {"b": [1, {"c": 2}]}', False)
     assert _kscan.split(b', {"x": 1}\n ] , "tail"', 0) == (12, True)  # at the "]"
     assert _kscan.split(b'{"open": [', 0) == (0, False)
+    even = b'{"a": "x\\\\"}, {"b": "]\\\\\\"}"}'  # x\\ closes; \\\" does not
+    assert _kscan.split(even, 0) == (len(even), False)
 
 
 def test_setting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -982,9 +982,15 @@ static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = start; i < n; i++) {
         unsigned char c = b[i];
-        if (c == '"') {
-            for (i++; i < n && b[i] != '"'; i++)
-                if (b[i] == '\\') i++;
+        if (c == '"') {   /* to the closing quote: one not preceded by an odd run of '\\' */
+            for (;;) {
+                const unsigned char *q = memchr(b + i + 1, '"', (size_t)(n - i - 1));
+                if (!q) { i = n; break; }
+                i = q - b;
+                Py_ssize_t k = i;
+                while (k > start && b[k - 1] == '\\') k--;
+                if (((i - k) & 1) == 0) break;
+            }
         } else if (c == '{' || c == '[') {
             depth++;
         } else if (c == '}' || c == ']') {

@@ -56,12 +56,13 @@ try:
 except ImportError:  # no C scanner: every trace takes the held read (rank_memory says so)
     _kscan = None  # type: ignore[assignment]
 
+_PIECE = 4 * 2**20  # JSON per read or zlib call
 _HEAD_MAX = 16 * 2**20  # header or tail keys beyond this: not a Kineto layout; the held read
 _WS = b" \t\r\n"
 
 
-def _blocks(path: Path, size: int) -> Iterator[bytes]:
-    """The file's JSON in blocks of about SIZE bytes (gunzipped, every member), within
+def _blocks(path: Path) -> Iterator[bytes]:
+    """The file's JSON in pieces of up to 4 MiB (gunzipped, every member), within
     kineto_files.max_trace_bytes as the held read is."""
     limit, why = max_trace_bytes()
     total = 0
@@ -71,12 +72,10 @@ def _blocks(path: Path, size: int) -> Iterator[bytes]:
         if not gz:
             if os.fstat(f.fileno()).st_size > limit:
                 raise _too_big(os.fstat(f.fileno()).st_size, limit, why, path)
-            while block := f.read(size):
-                yield block
+            while piece := f.read(_PIECE):
+                yield piece
             return
         d = zlib.decompressobj(wbits=31)
-        out: list[bytes] = []
-        have = 0
         try:
             while True:
                 if d.eof:  # the next member, unless only zero padding is left (as kineto_files)
@@ -92,19 +91,14 @@ def _blocks(path: Path, size: int) -> Iterator[bytes]:
                         raise TracekitError(
                             "truncated gzip file (it ends before its end marker)", path
                         )
-                part = d.decompress(piece, 1 << 22)
+                part = d.decompress(piece, _PIECE)
                 total += len(part)
                 if total > limit:
                     raise _too_big(total, limit, why, path, gz=True, at_least=True)
-                out.append(part)
-                have += len(part)
-                if have >= size:
-                    yield b"".join(out)
-                    out, have = [], 0
+                if part:
+                    yield part
         except zlib.error as exc:
             raise TracekitError(f"corrupt gzip data ({exc})", path) from None
-        if out:
-            yield b"".join(out)
 
 
 def _events_start(buf: bytes | bytearray) -> int | None:
@@ -179,54 +173,82 @@ def _slice(doc: bytearray, path: Path, folder: Path, raw: _Raw) -> bool:
     return True
 
 
+_PREFIX = b'{"traceEvents": ['
+
+
 def _pass_one(path: Path, folder: Path, block: int) -> _Raw | None:
+    """The events in slices of about BLOCK bytes, each scanned where it lies: the buffer is
+    ``{"traceEvents": [`` + the events not yet scanned, and a slice is scanned as the buffer
+    cut after its last whole event, with ``]}`` put after it (so no copy of the slice)."""
     raw = _Raw(b"", [], [], [], [])
-    buf, pos, head = bytearray(), -1, b""
+    buf, p = bytearray(), len(_PREFIX)
+    head: bytes | None = None
     first, closed = True, False
-    blocks = _blocks(path, block)
-    for data in blocks:
+    pieces = _blocks(path)
+    for data in pieces:
         buf += data
-        if pos < 0:  # still looking for the events array
+        if head is None:  # still looking for the events array
             start = _events_start(buf)
             if start is None:
                 if len(buf) > _HEAD_MAX:
                     return None
                 continue
-            head, pos = bytes(buf[: buf.index(b'"traceEvents"')]), start
-        end, closed = _kscan.split(buf, pos)
-        if end > pos or closed:
-            a = pos
-            while a < end and buf[a] in _WS:
-                a += 1
-            if not first:  # between two runs of events: one comma
-                if a >= end or buf[a] != 0x2C:
-                    if a < end or not closed:
-                        return None
-                else:
-                    a += 1
-            if a < end:
-                doc = bytearray(b'{"traceEvents": [')
-                with memoryview(buf) as view:
-                    doc += view[a:end]
-                doc += b"]}"
-                if not _slice(doc, path, folder, raw):
-                    return None
-                first = False
-            elif not closed or not first and buf[pos:end].strip(_WS) == b",":
-                return None  # a trailing comma before "]": not JSON
-            if closed:
-                tail = bytes(buf[end + 1 :])
-                break
-            del buf[:end]
-            pos = 0
-    else:
-        return None  # the stream ended inside the events (or before them)
-    for data in blocks:  # the tail keys after the array
+            head = bytes(buf[: buf.index(b'"traceEvents"')])
+            buf[:start] = _PREFIX
+        if len(buf) - p < block:
+            continue
+        end, closed = _kscan.split(buf, p)
+        if end == p and not closed:
+            continue  # no whole event yet (one event longer than a block)
+        if not _take(buf, end, first, closed, path, folder, raw):
+            return None
+        first = False
+        if closed:
+            break
+    else:  # the stream has ended: what is left holds the rest of the events, or not
+        if head is None:
+            return None
+        end, closed = _kscan.split(buf, p)
+        if not closed or not _take(buf, end, first, closed, path, folder, raw):
+            return None
+    tail = bytes(buf[p + 1 :])  # _take left the buffer as prefix + "]" + what follows it
+    for data in pieces:  # the tail keys after the array
         tail += data
         if len(tail) > _HEAD_MAX:
             return None
     raw.top_doc = head + b'"traceEvents": []' + tail
     return raw
+
+
+def _take(
+    buf: bytearray, end: int, first: bool, closed: bool, path: Path, folder: Path, raw: _Raw
+) -> bool:
+    """Scan the events in ``buf[len(_PREFIX):end]`` (after the first slice, they start with
+    the comma that followed the last one: blanked) and leave BUF as the prefix and what
+    followed END; False when the slice is not JSON the scanner reads."""
+    p = len(_PREFIX)
+    a = p
+    while a < end and buf[a] in _WS:
+        a += 1
+    if not first:  # between the last slice and this one: exactly one comma
+        if a < end and buf[a] == 0x2C:
+            buf[a] = 0x20
+            a += 1
+            while a < end and buf[a] in _WS:
+                a += 1
+            if a == end:
+                return False  # a trailing comma before "]": not JSON
+        elif a < end:
+            return False
+    rest = bytes(buf[end:])  # a part of one event (or "]" and the tail): small
+    if a < end:
+        del buf[end:]
+        buf += b"]}"
+        if not _slice(buf, path, folder, raw):
+            return False
+    del buf[p:]
+    buf += rest
+    return True
 
 
 _COUNTED = [  # events_frame's warnings that count rows: summed over the parts, in this order
