@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 import tracekit
 from tracekit.errors import TracekitError
 from tracekit.ingest import _kscan, kineto_stream
-from tracekit.ingest.rank_memory import MEMORY_ENV, block_bytes, rank_memory
+from tracekit.ingest.rank_memory import MEMORY_ENV, block_bytes, json_size, rank_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 RANK = ROOT / "tests" / "data" / "gpu" / "dp-cuda-gloo" / "traces" / "rank0.json.gz"  # 6.3 MB
@@ -171,3 +172,37 @@ def test_streamed_rank_writes_its_cache_entry(
     assert warm.events_at[0].parts == ()  # read from the entry, not streamed again
     for a in (cold, warm):
         assert json.dumps(a.summary_dict(), sort_keys=True) == held
+
+
+def _error(fn: Callable[[], object]) -> str:
+    with pytest.raises(TracekitError) as err:
+        fn()
+    return str(err.value)
+
+
+def test_parts_refuse_and_word_as_the_held_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by running tests/test_bad_input.py with every rank read in parts: a trace without
+    X events, and a gzip bomb refused from its trailer before it is read, say what the held
+    read says; a FIFO is not opened (it would block)."""
+    source = json.loads(gzip.decompress(RANK.read_bytes()))
+    source["traceEvents"] = [e for e in source["traceEvents"] if e.get("ph") == "M"]
+    meta = tmp_path / "rank0.json"
+    meta.write_text(json.dumps(source))
+    bomb = tmp_path / "bomb" / "rank0.json.gz"
+    bomb.parent.mkdir()
+    bomb.write_bytes(gzip.compress(b"\0" * (64 * 2**20)))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert json_size(fifo) == 0
+    monkeypatch.setenv("TRACEKIT_MAX_TRACE_BYTES", "1M")
+    said = {}
+    for setting in ("1T", "1"):
+        monkeypatch.setenv(MEMORY_ENV, setting)
+        said[setting] = [
+            _error(lambda: tracekit.analyze(meta, cache=False)),
+            _error(lambda: tracekit.analyze(bomb, cache=False)),
+        ]
+    assert said["1"] == said["1T"]
+    assert "no timed events" in said["1"][0] and "0.07 GB of JSON once" in said["1"][1]

@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -40,7 +40,7 @@ from tracekit.errors import TracekitError
 from tracekit.events import empty_events
 from tracekit.ingest import devices, foreign, kineto_classify
 from tracekit.ingest.kineto_decode import Decoded, _decode, _decoded_fast
-from tracekit.ingest.kineto_files import _too_big, max_trace_bytes
+from tracekit.ingest.kineto_files import _DEFLATE_MAX_RATIO, _too_big, max_trace_bytes
 from tracekit.ingest.kineto_info import (
     TraceInfo,
     choose_rank,
@@ -75,6 +75,7 @@ def _blocks(path: Path) -> Iterator[bytes]:
             while piece := f.read(_PIECE):
                 yield piece
             return
+        _refuse_early(f, limit, why, path)
         d = zlib.decompressobj(wbits=31)
         try:
             while True:
@@ -99,6 +100,20 @@ def _blocks(path: Path) -> Iterator[bytes]:
                     yield part
         except zlib.error as exc:
             raise TracekitError(f"corrupt gzip data ({exc})", path) from None
+
+
+def _refuse_early(f: BinaryIO, limit: int, why: str, path: Path) -> None:
+    """The held read's refusals of a gzip before reading it (kineto_files._read_now): a file
+    over the limit, or a trailer stating a size over it that deflate could reach."""
+    size = os.fstat(f.fileno()).st_size
+    if size > limit:
+        raise _too_big(size, limit, why, path, gz=True, at_least=True)
+    if size >= 18:
+        f.seek(-4, os.SEEK_END)
+        stated = int.from_bytes(f.read(4), "little")
+        if limit < stated <= _DEFLATE_MAX_RATIO * size:
+            raise _too_big(stated, limit, why, path, gz=True)
+        f.seek(0)
 
 
 def _events_start(buf: bytes | bytearray) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 from pathlib import Path
 
 from tracekit.errors import TracekitError
@@ -45,6 +46,8 @@ def json_size(path: Path) -> int:
     states when deflate could give it from this file and trace JSON would (4x to 1032x: the
     field is the size mod 4 GiB), else 20x the file (trace JSON gzips 10-20x)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return 0  # a FIFO must not block us: the held read refuses it
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if f.read(2) != b"\x1f\x8b" or size < 18:

@@ -28,6 +28,7 @@ import polars as pl
 
 from tracekit import stopping
 from tracekit.errors import TracekitError
+from tracekit.events import empty_events
 from tracekit.ingest import cache as trace_cache
 from tracekit.ingest import foreign, kineto, kineto_stream
 from tracekit.ingest.cache_paths import candidates
@@ -99,7 +100,8 @@ def _scan(
     if should_stream(trace):  # bigger than $TRACEKIT_RANK_MEMORY: in parts
         streamed = kineto_stream.read_streamed(trace, folder())
         if streamed is not None:
-            s, ref = streamed, EventsRef(parts=streamed.parts)
+            s = streamed  # no X events, no parts: an empty frame, held
+            ref = EventsRef(parts=s.parts) if s.parts else EventsRef(frame=empty_events())
             if store:  # the entry streamed from the parts, which stay where the events wait
                 trace_cache.store(trace, s.info, ref.lazy(), cache_dir, want)
             return RankScan(s.info, s.slim, ref, s.facts, s.flags)
