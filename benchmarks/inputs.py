@@ -6,6 +6,9 @@
 - ``large``: the same, each rank's events repeated ``copies`` times one after another in time
   (``ts`` shifted by the trace's span, ``ProfilerStep#N`` renumbered, correlation / External id /
   flow ids offset so CPU launches still pair with their kernels): ~31 MB of JSON per rank.
+- ``huge``: 2 ranks, the events repeated 40 times: ~405 MB of JSON and 1.62 M events per rank;
+  ``huge1``: 1 rank of them repeated 200 times: ~2 GB of JSON (issue #29). Written copy by copy,
+  so building them holds one copy of the events, not the whole rank.
 
 Files are written the way Kineto writes them: the header keys first (so readers that peek at
 the head find ``distributedInfo``), then one event per line, gzip-compressed. Each case is built
@@ -18,6 +21,8 @@ import copy
 import gzip
 import json
 import shutil
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from corpus_path import corpus
@@ -32,14 +37,19 @@ def _source() -> Path:
 
 VERSION = "3"  # bump when the generator changes: cached inputs are rebuilt
 RANKS = 8
-CASES = {"replicated": 1, "large": 3}  # case -> copies of the events in time
+CASES = {"replicated": 1, "large": 3, "huge": 40, "huge1": 200}  # case -> copies in time
+CASE_RANKS = {"huge": 2, "huge1": 1}  # the rest: RANKS
 
 
 def _offset_event(event: dict, k: int, dt_us: float, id_off: int, steps: int) -> dict:
     """Copy ``k`` of an event: later by k*dt_us, ids and step numbers shifted past copy k-1."""
     if k == 0:
         return event
-    e = copy.deepcopy(event)
+    # only top-level fields and args' ids change: a copy of those two dicts (deepcopy took
+    # most of the time of building the 2 GB case)
+    e = dict(event)
+    if isinstance(e.get("args"), dict):
+        e["args"] = dict(e["args"])
     if isinstance(e.get("ts"), (int, float)):
         e["ts"] = e["ts"] + k * dt_us
     if "id" in e and isinstance(e["id"], int):
@@ -55,7 +65,8 @@ def _offset_event(event: dict, k: int, dt_us: float, id_off: int, steps: int) ->
     return e
 
 
-def _events(trace: dict, copies: int) -> list[dict]:
+def _copies(trace: dict, copies: int) -> Iterator[list[dict]]:
+    """The events of each copy in turn (copy k of every event, later by k spans)."""
     events = trace["traceEvents"]
     timed = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
     lo = min(e["ts"] for e in timed)
@@ -70,13 +81,16 @@ def _events(trace: dict, copies: int) -> list[dict]:
     ]
     id_off = 10 ** len(str(max(i for i in ids if isinstance(i, int))))
     steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
-    out = []
     for k in range(copies):
-        for e in events:
-            if k and e.get("ph") in ("M", "i"):  # metadata and instants once
-                continue
-            out.append(_offset_event(e, k, dt_us, id_off, steps))
-    return out
+        yield [
+            _offset_event(e, k, dt_us, id_off, steps)
+            for e in events
+            if not (k and e.get("ph") in ("M", "i"))  # metadata and instants once
+        ]
+
+
+def _events(trace: dict, copies: int) -> list[dict]:
+    return [e for part in _copies(trace, copies) for e in part]
 
 
 def _event_text(e: dict) -> str:
@@ -88,8 +102,9 @@ def _event_text(e: dict) -> str:
     return "  {\n    " + head + ',\n    "args": {\n' + args + "\n    }\n  }"
 
 
-def write_trace(trace: dict, path: Path) -> None:
-    """Kineto's layout: header keys one per line, then the events; gzip."""
+def write_trace(trace: dict, path: Path, parts: Iterable[list[dict]] | None = None) -> None:
+    """Kineto's layout: header keys one per line, then the events; gzip. ``parts``: the
+    events in pieces (written as they come) instead of ``trace["traceEvents"]``."""
     head = {k: v for k, v in trace.items() if k != "traceEvents"}
     order = ["schemaVersion", "deviceProperties", "distributedInfo"]
     first = [k for k in order if k in head]
@@ -97,16 +112,21 @@ def write_trace(trace: dict, path: Path) -> None:
     lines = ["{"]
     lines += [f'  "{k}": {json.dumps(head[k])},' for k in first]
     lines.append('  "traceEvents": [')
-    events = trace["traceEvents"]
-    lines += [_event_text(e) + ("," if i + 1 < len(events) else "") for i, e in enumerate(events)]
-    lines.append("  ]" + ("," if rest else ""))
-    lines += [
+    tail = ["  ]" + ("," if rest else "")]
+    tail += [
         f'  "{k}": {json.dumps(head[k])}' + ("," if i + 1 < len(rest) else "")
         for i, k in enumerate(rest)
     ]
-    lines.append("}")
+    tail.append("}")
     tmp = path.with_name(path.name + ".tmp")
-    _write_gz(tmp, "\n".join(lines) + "\n")
+    with gzip.open(tmp, "wt", compresslevel=6) as f:
+        f.write("\n".join(lines) + "\n")
+        sep = ""
+        for part in parts if parts is not None else [trace["traceEvents"]]:
+            if part:
+                f.write(sep + ",\n".join(_event_text(e) for e in part))
+                sep = ",\n"
+        f.write("\n" + "\n".join(tail) + "\n")
     tmp.replace(path)
 
 
@@ -133,8 +153,9 @@ def _renumbered_text(raw: str, source: dict, rank: int, ranks: int) -> str:
     ).replace(old_name, '"traceName": ' + json.dumps(f"rank{rank}.json"))
 
 
-def build(case: str, root: Path | None = None, ranks: int = RANKS) -> Path:
+def build(case: str, root: Path | None = None, ranks: int | None = None) -> Path:
     """The folder of ``case``'s trace files, built if missing or stale; returns its path."""
+    ranks = ranks or CASE_RANKS.get(case, RANKS)
     folder = (root or HERE / "data") / case
     stamp = folder / ".version"
     want = f"{VERSION} {ranks} {_source().stat().st_size}"
@@ -149,13 +170,11 @@ def build(case: str, root: Path | None = None, ranks: int = RANKS) -> Path:
             _write_gz(folder / f"rank{r}.json.gz", _renumbered_text(raw, source, r, ranks))
         stamp.write_text(want)
         return folder
-    events = _events(source, CASES[case])
     for r in range(ranks):
         trace = {k: v for k, v in source.items() if k != "traceEvents"}
         trace["distributedInfo"] = _dist_info(source, r, ranks)
-        trace["traceEvents"] = events
         trace["traceName"] = f"rank{r}.json"
-        write_trace(trace, folder / f"rank{r}.json.gz")
+        write_trace(trace, folder / f"rank{r}.json.gz", _copies(source, CASES[case]))
     stamp.write_text(want)
     return folder
 
@@ -175,7 +194,7 @@ def describe(folder: Path) -> dict:
     }
 
 
-if __name__ == "__main__":
-    for name in CASES:
+if __name__ == "__main__":  # `python benchmarks/inputs.py [CASE ...]`: default the small two
+    for name in sys.argv[1:] or ["replicated", "large"]:
         d = build(name)
         print(name, d, describe(d))

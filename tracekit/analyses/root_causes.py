@@ -144,11 +144,14 @@ def ops_of(top_ops: pl.DataFrame) -> dict[int, Ops]:
         e = e.sort("start_ns")
         # one code per (name, phase): the same op in forward and in backward are two causes
         keyed = e["name"].cast(pl.Utf8) + "\x1f" + e["label"].fill_null("")
-        cats, codes = np.unique(keyed.to_numpy().astype(str), return_inverse=True)
-        pairs = [c.split("\x1f", 1) for c in cats.tolist()]
+        # np.unique's sorted codes, by polars: numpy's fixed-width text array held every name
+        # at the longest one's width (4 bytes a character: 1.6 GB for a 405 MB rank, #29)
+        cats = keyed.unique().sort()
+        codes = (keyed.rank("dense") - 1).cast(pl.Int64).to_numpy()
+        pairs = [c.split("\x1f", 1) for c in cats.to_list()]
         out[int(rank)] = Ops(
             [n for n, _ in pairs],
-            codes.astype(np.int64),
+            codes,
             e["start_ns"].to_numpy().astype(np.int64),
             e["end_ns"].to_numpy().astype(np.int64),
             [lab or None for _, lab in pairs],

@@ -999,12 +999,61 @@ static PyObject *abort_line(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* split(data, start) -> (end, closed): where a run of whole elements of a JSON array ends
+ * (tracekit.ingest.kineto_stream feeds a big trace's "traceEvents" to scan() in slices).
+ * DATA[start:] begins between two elements of the array (nesting depth 0, outside strings).
+ * END: just after the last element closed by '}' or ']' at depth 0, or START when none closes
+ * within DATA (more is needed); CLOSED: True when the array's own ']' was found, at END.
+ * Strings are skipped with their escapes, so brackets inside them do not count; anything
+ * malformed is left for scan() to decline. */
+static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "y*n:split", &view, &start)) return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "split(): start out of range");
+        return NULL;
+    }
+    const unsigned char *b = view.buf;
+    Py_ssize_t n = view.len, end = start, depth = 0;
+    int closed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = start; i < n; i++) {
+        unsigned char c = b[i];
+        if (c == '"') {   /* to the closing quote: one not preceded by an odd run of '\\' */
+            for (;;) {
+                const unsigned char *q = memchr(b + i + 1, '"', (size_t)(n - i - 1));
+                if (!q) { i = n; break; }
+                i = q - b;
+                Py_ssize_t k = i;
+                while (k > start && b[k - 1] == '\\') k--;
+                if (((i - k) & 1) == 0) break;
+            }
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0) {   /* the array's own close */
+                end = i;
+                closed = 1;
+                break;
+            }
+            if (--depth == 0) end = i + 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nO)", end, closed ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS,
      "scan(data: bytes, stop: bytearray | None = None) -> columns of a Kineto trace, or None "
      "(see tracekit/ingest/_kscan.c)"},
     {"abort_line", abort_line, METH_O,
      "abort_line(line: bytes) -> None: on SIGABRT, write LINE to stderr and exit with status 2"},
+    {"split", split, METH_VARARGS,
+     "split(data, start) -> (end, closed): where whole elements of a JSON array end"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,3 +14,8 @@ def scan(
 def abort_line(line: bytes) -> None:
     """From now on a SIGABRT in this process (a library's allocation failing: Rust aborts) writes
     LINE to stderr and exits with status 2, instead of a core dump and status 134."""
+
+def split(data: bytes | bytearray | memoryview, start: int) -> tuple[int, bool]:
+    """Where a run of whole elements of a JSON array ends in ``data[start:]`` (which begins
+    between two elements): (just after the last one closed at depth 0, or ``start``; True when
+    the array's own ``]`` was found, at that end)."""

@@ -295,5 +295,12 @@ def read_head(path: Path, head_bytes: int = HEAD_BYTES) -> bytes | None:
 
 
 def prefetch(paths: Sequence[Path], budget: int = read_ahead.PREFETCH_BYTES) -> threading.Thread:
-    """Start reading PATHS ahead (tracekit.ingest.read_ahead) as :func:`read_bytes` reads them."""
+    """Start reading PATHS ahead (tracekit.ingest.read_ahead) as :func:`read_bytes` reads them;
+    not those that will be read in parts (tracekit.ingest.rank_memory), which it would hold."""
+    from tracekit.ingest.rank_memory import should_stream
+
+    try:
+        paths = [p for p in paths if not should_stream(p)]
+    except TracekitError:  # a bad $TRACEKIT_RANK_MEMORY: the read says so, nothing read ahead
+        paths = []
     return read_ahead.start(paths, _read_now, budget)

@@ -28,12 +28,14 @@ import polars as pl
 
 from tracekit import stopping
 from tracekit.errors import TracekitError
+from tracekit.events import empty_events
 from tracekit.ingest import cache as trace_cache
-from tracekit.ingest import foreign, kineto
+from tracekit.ingest import foreign, kineto, kineto_stream
 from tracekit.ingest.cache_paths import candidates
 from tracekit.ingest.kineto import _check_ranks, _default_workers, _idle_cpus, _spawn_can_start
 from tracekit.ingest.kineto_files import pin_mmap_threshold
 from tracekit.ingest.kineto_info import TraceInfo
+from tracekit.ingest.rank_memory import should_stream
 from tracekit.ingest.read_options import ReadOptions
 from tracekit.ingest.spill import EventsRef, Spill, write
 
@@ -95,6 +97,14 @@ def _scan(
             ref = EventsRef(frame=frame) if held else EventsRef(path=str(found[0]))
             return digest(info, frame, ref)
     want = trace_cache.key(trace) if store else None
+    if should_stream(trace):  # bigger than $TRACEKIT_RANK_MEMORY: in parts
+        streamed = kineto_stream.read_streamed(trace, folder())
+        if streamed is not None:
+            s = streamed  # no X events, no parts: an empty frame, held
+            ref = EventsRef(parts=s.parts) if s.parts else EventsRef(frame=empty_events())
+            if store:  # the entry streamed from the parts, which stay where the events wait
+                trace_cache.store(trace, s.info, ref.lazy(), cache_dir, want)
+            return RankScan(s.info, s.slim, ref, s.facts, s.flags)
     info, frame = kineto.read_trace(trace)
     if hold(int(frame.estimated_size())):
         if store:  # held, and the entry written (in the background when there is a writer)

@@ -64,24 +64,27 @@ class EventsRef:
     """The frame itself, when it is held in memory."""
     path: str | None = None
     """A parquet file holding it (a string: it crosses to Dask workers as it is)."""
+    parts: tuple[str, ...] = ()
+    """Or parquet files holding it in row order (a rank read in parts: tracekit.ingest.kineto_stream)."""
 
     def read(self) -> pl.DataFrame:
         """The frame; a one-line TracekitError when its file has gone (a cache entry evicted
         by another process meanwhile)."""
         if self.frame is not None:
             return self.frame
-        assert self.path is not None
+        assert self.path is not None or self.parts
         try:
-            return pl.read_parquet(self.path)
+            return pl.read_parquet(list(self.parts) if self.parts else self.path)  # type: ignore[arg-type]
         except (OSError, pl.exceptions.ComputeError) as exc:
-            raise TracekitError(f"cannot read back a rank's events ({exc})", self.path) from None
+            where = self.path or self.parts[0]
+            raise TracekitError(f"cannot read back a rank's events ({exc})", where) from None
 
     def lazy(self) -> pl.LazyFrame:
         """The frame as a lazy scan (the file is read when the plan runs)."""
         if self.frame is not None:
             return self.frame.lazy()
-        assert self.path is not None
-        return pl.scan_parquet(self.path)
+        assert self.path is not None or self.parts
+        return pl.scan_parquet(list(self.parts) if self.parts else self.path)  # type: ignore[arg-type]
 
 
 class Spill:
