@@ -23,6 +23,8 @@ ALLOWED = {
     "tracekit/ingest/cache.py::load": "the same entry read_meta() checked",
     "tracekit/ingest/spill.py::read": "the spill folder's parquet, written by this process",
     "tracekit/ingest/spill.py::lazy": "the spill folder's parquet, written by this process",
+    "tracekit/ingest/kineto_stream.py::_pass_two": "the parts this read wrote into the spill "
+    "folder (its first pass)",
     "tracekit/ingest/kineto.py::_idle_cpus": "/proc/loadavg",
     "tracekit/capture/records.py::cpu_model": "/proc/cpuinfo",
     "tracekit/capture/records.py::load_params": "tests' checksums of a run's parameters "

@@ -38,7 +38,7 @@ import polars as pl
 
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events
-from tracekit.ingest import devices, foreign, kineto_classify
+from tracekit.ingest import devices, foreign, guarded_read, kineto_classify
 from tracekit.ingest.kineto_decode import Decoded, _decode, _decoded_fast
 from tracekit.ingest.kineto_files import _DEFLATE_MAX_RATIO, _too_big, max_trace_bytes
 from tracekit.ingest.kineto_info import (
@@ -66,7 +66,7 @@ def _blocks(path: Path) -> Iterator[bytes]:
     kineto_files.max_trace_bytes as the held read is."""
     limit, why = max_trace_bytes()
     total = 0
-    with open(path, "rb") as f:
+    with os.fdopen(guarded_read.open_regular(path), "rb") as f:  # regular files only
         gz = f.read(2) == b"\x1f\x8b"
         f.seek(0)
         if not gz:

@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 
 from tracekit.errors import TracekitError
+from tracekit.ingest import guarded_read
 
 MEMORY_ENV = "TRACEKIT_RANK_MEMORY"
 DEFAULT_RANK_MEMORY = 256 * 2**20
@@ -48,13 +49,13 @@ def json_size(path: Path) -> int:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return 0  # a FIFO must not block us: the held read refuses it
-        with open(path, "rb") as f:
+        with os.fdopen(guarded_read.open_regular(path), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if f.read(2) != b"\x1f\x8b" or size < 18:
                 return size
             f.seek(-4, os.SEEK_END)
             stated = int.from_bytes(f.read(4), "little")
-    except OSError:
+    except (OSError, TracekitError):
         return 0  # the held read says what is wrong with it
     return stated if 4 * size <= stated <= 1032 * size else 20 * size
 
