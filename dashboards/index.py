@@ -37,9 +37,8 @@ from dashboards.pool import Job, Pool
 from dashboards.root import Refused
 from dashboards.runs import Runs
 from tracekit import figures as F
-from tracekit import runfolder, runname
+from tracekit import guarded_read, runfolder, runname
 from tracekit.errors import TracekitError
-from tracekit.ingest import guarded_read
 from tracekit.summary import Summary, from_json
 
 UNKNOWN = "–"

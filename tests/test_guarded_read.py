@@ -1,4 +1,4 @@
-"""tracekit.ingest.guarded_read on its own, and where its refusals surface: a FIFO never blocks, a
+"""tracekit.guarded_read on its own, and where its refusals surface: a FIFO never blocks, a
 link to /dev/zero is never read, JSON nesting is bounded, numbers are range-checked, and trace
 or NCCL-log entries that are not regular files are named in a warning (issue #24 items 3, 4)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, run_cli
 
+from tracekit import guarded_read as g
 from tracekit.errors import TracekitError
-from tracekit.ingest import guarded_read as g
 
 
 def _bounded(fn, *args):  # noqa: ANN001, ANN202 - a call that must return, not block

@@ -1,7 +1,7 @@
 """A hostile file in every input slot of a run folder, of every kind: `tracekit analyze` answers
 with exit 0 and a warning naming the file, or exit 2 and one line `tracekit: <file>: <problem>`;
 never a traceback, never a hang (a timeout), never all memory (RLIMIT_AS), never a raw escape
-character on the terminal (issue #24 item 6; the reader: tracekit.ingest.guarded_read).
+character on the terminal (issue #24 item 6; the reader: tracekit.guarded_read).
 
 The slots are the files of a run folder (a copy of sample_traces/dp, with an NCCL log and a
 rank's logs/ added); the kinds replace one of them with a FIFO, a symlink to /dev/zero, a

@@ -1,4 +1,4 @@
-"""Every input file is read through tracekit.ingest.guarded_read (issue #24 item 3): the source of
+"""Every input file is read through tracekit.guarded_read (issue #24 item 3): the source of
 tracekit/ and dashboards/ is parsed, and every call that opens or reads a file by its path must
 be a writer (a write mode, O_WRONLY/O_CREAT), be in the guarded reader itself, or be listed
 below with the reason it is not an input file. A new direct reader fails this test until it goes
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-GUARDED = "tracekit/ingest/guarded_read.py"
+GUARDED = "tracekit/guarded_read.py"
 
 #: "file::function" -> why that read is not of an input file (or is guarded otherwise)
 ALLOWED = {
@@ -135,7 +135,7 @@ def direct_reads() -> list[str]:
 def test_every_input_file_goes_through_the_guarded_reader() -> None:
     found = direct_reads()
     assert not found, (
-        "direct readers of files outside tracekit.ingest.guarded_read (read through it, or "
+        "direct readers of files outside tracekit.guarded_read (read through it, or "
         "list the read in ALLOWED with why it is not an input file):\n" + "\n".join(found)
     )
 

@@ -16,9 +16,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from tracekit import outputs, runfolder
+from tracekit import guarded_read, outputs, run_inputs, runfolder
 from tracekit.errors import TracekitError
-from tracekit.ingest import guarded_read
 from tracekit.summary import Summary, encode
 
 if TYPE_CHECKING:  # `tracekit analyze` imports this module before polars: it starts reading first
@@ -38,12 +37,7 @@ class Written(Protocol):
 
 def default_out_dir(path: Path) -> Path:
     """PATH/analysis for folders, FILE.analysis/ for a single trace file."""
-    path = Path(path)
-    return (
-        runfolder.analysis_dir(path)
-        if runfolder.is_folder(path)
-        else path.with_name(path.name + ".analysis")
-    )
+    return runfolder.analysis_out_dir(path)
 
 
 #: written into every analysis folder, listing what the analysis wrote: only a folder whose
@@ -166,7 +160,7 @@ def check_out(out: Path, source: Path | None = None) -> None:
             raise _refuse(out, "is the input: an analysis replaces its whole folder")
         if src.is_relative_to(where):
             raise _refuse(out, f"holds the input ({source}): an analysis replaces its whole folder")
-        outputs.refuse_input_overlap(out, outputs.inputs_of(source), "--out")
+        run_inputs.refuse_input_overlap(out, run_inputs.inputs_of(source), "--out")
     if Path.cwd().resolve().is_relative_to(where):
         raise _refuse(out, "is the current folder or holds it: an analysis replaces its folder")
     if out.exists() and not out.is_dir():

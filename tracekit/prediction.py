@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit import run_inputs
 from tracekit.analyses import network_replay as model
 from tracekit.analyses.network_program import Call, calls_table, programs
 from tracekit.errors import TracekitError
@@ -415,7 +416,7 @@ def write_prediction(pred: dict[str, Any], target: Path, source: Path | None = N
 
     target = Path(target)
     if source is not None:
-        outputs.refuse_input_overlap(target, outputs.inputs_of(source), "--out")
+        run_inputs.refuse_input_overlap(target, run_inputs.inputs_of(source), "--out")
     outputs.check_file_target(target, "--out")
     try:
         text = json.dumps(_unknown_as_null(pred), indent=2, default=_json_default, allow_nan=False)

@@ -83,7 +83,7 @@ def is_trace_file(path: Path) -> bool:
 def not_regular(path: Path) -> str | None:
     """What PATH is, in words, when it is not a regular file once symlinks are followed ("a
     FIFO", "a symbolic link to a character device (/dev/zero)"); None for a regular file."""
-    from tracekit.ingest.guarded_read import kind_of
+    from tracekit.guarded_read import kind_of
 
     try:
         mode = os.stat(path).st_mode
@@ -167,7 +167,7 @@ def _check_readable_dir(folder: Path) -> None:
 
 def load_run_json(run: Path) -> dict[str, Any] | None:
     """run.json of a run folder, or None when PATH is not one; a damaged run.json is an error."""
-    from tracekit.ingest import guarded_read
+    from tracekit import guarded_read
 
     p = run_json_path(run)
     if not os.path.lexists(p):
@@ -279,9 +279,9 @@ def memory_ranks(path: Path) -> set[int]:
 
 def load_side_json(path: Path) -> tuple[Any | None, str | None]:
     """A small JSON side file (memory/, contention/): (its value, None), (None, None) when it is
-    absent, or (None, a warning naming it) when it cannot be read (tracekit.ingest.guarded_read:
+    absent, or (None, a warning naming it) when it cannot be read (tracekit.guarded_read:
     a FIFO, a link to a device, too large, too deep, not JSON): the analysis goes without it."""
-    from tracekit.ingest import guarded_read
+    from tracekit import guarded_read
 
     if not os.path.lexists(path):
         return None, None
@@ -348,3 +348,10 @@ def new_run_dir(parent: Path, strategy: str, stamp: str) -> Path:
         except FileExistsError:
             continue
     raise TracekitError("could not create a run folder", parent)
+
+
+def analysis_out_dir(path: Path) -> Path:
+    """Where PATH's analysis goes by default: PATH/analysis for folders, FILE.analysis/ for a
+    single trace file (tracekit.analysis_folder.default_out_dir)."""
+    path = Path(path)
+    return analysis_dir(path) if is_folder(path) else path.with_name(path.name + ".analysis")

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
-from tracekit.ingest import guarded_read
+from tracekit import guarded_read
 
 if TYPE_CHECKING:
     from tracekit.events import DType

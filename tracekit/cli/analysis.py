@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
+from tracekit import run_inputs
 from tracekit.errors import TracekitError, printable
 from tracekit.ingest.read_options import ReadOptions
 
@@ -54,12 +55,11 @@ def _check_cache_dir(cache_dir: Path | None, path: Path, out: Path) -> None:
     """Refuse a cache folder that is or is inside an input (a trace, run.json, memory/, ...)
     or the analysis folder (replaced whole by the next analysis). A run folder's traces/ is
     allowed: entries beside the traces are the cache's own place (tracekit.ingest.cache)."""
-    from tracekit import outputs
     from tracekit.ingest import cache_paths
 
     where = cache_paths.folder(cache_dir)
     option = "--cache-dir" if cache_dir is not None else "--cache-dir (or TRACEKIT_CACHE_DIR)"
-    outputs.refuse_input_overlap(where, outputs.inputs_of(path, traces_folder=False), option)
+    run_inputs.refuse_input_overlap(where, run_inputs.inputs_of(path, traces_folder=False), option)
     if Path(os.path.realpath(where)).is_relative_to(os.path.realpath(out)):
         raise TracekitError(
             f"is inside the analysis folder {out}, which the next analysis replaces whole; "

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tracekit import outputs
+from tracekit import outputs, run_inputs
 from tracekit import prediction as P
 from tracekit.analysis import analyze
 from tracekit.cli.tables import safe
@@ -144,9 +144,9 @@ def run_predict(
     targets = _targets(out, paths)
     if len(set(map(os.path.realpath, targets))) < len(targets):  # the same run given twice
         raise TracekitError("the same run is given twice; give each run once", paths[0])
-    inputs = [i for q in paths for i in outputs.inputs_of(q)]
+    inputs = [i for q in paths for i in run_inputs.inputs_of(q)]
     for target in targets:  # before any analysis
-        outputs.refuse_input_overlap(target, inputs, "--out")
+        run_inputs.refuse_input_overlap(target, inputs, "--out")
         outputs.check_file_target(target, "--out")
     models = [P.build(analyze(p)) for p in paths]
     preds = [

@@ -92,8 +92,8 @@ def predict_curve(preds: Sequence[tuple[str, dict[str, Any]]]) -> go.Figure | No
 def sweep_for(analysis: Any) -> dict[str, Any] | None:
     """The run's prediction with a sweep: RUN/analysis/prediction.json when it has one, else
     the default sweep computed here (nothing written). None when the run has no matched calls."""
+    from tracekit import guarded_read
     from tracekit.errors import TracekitError
-    from tracekit.ingest import guarded_read
 
     try:
         saved = P.default_output(Path(analysis.path))

@@ -41,11 +41,10 @@ from typing import Any
 
 import polars as pl
 
-from tracekit import outputs
+from tracekit import guarded_read, outputs
 from tracekit._version import __version__
 from tracekit.errors import TracekitError
 from tracekit.events import EVENT_SCHEMA
-from tracekit.ingest import guarded_read
 from tracekit.ingest.cache_paths import (
     SUFFIX,
     beside,

@@ -54,10 +54,9 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from tracekit import runfolder
+from tracekit import guarded_read, runfolder
 from tracekit.errors import TracekitError
 from tracekit.events import DType
-from tracekit.ingest import guarded_read
 from tracekit.ingest.kineto_files import max_trace_bytes
 
 NOT_JSON = "flight-recorder dump is not JSON (pickled dumps are never loaded)"

@@ -84,6 +84,15 @@ from tracekit.ingest import collectives as coll
 from tracekit.ingest import devices
 from tracekit.ingest.kineto_decode import Decoded, FullArgs, RawArgs, full_args, series
 
+#: the events of a rank the cross-rank steps read (tracekit.ingest.rank_scan keeps them in the
+#: driver; the rest of a rank's events wait in its spill): communication and annotations, step
+#: markers, tracekit's ``comm:*`` labels
+SLIM = (
+    pl.col("kind").is_in(["communication", "annotation"])
+    | pl.col("name").str.starts_with("ProfilerStep#")
+    | pl.col("name").str.starts_with("comm:")
+)
+
 GPU_CATS = devices.DEVICE_CATS  # canonical names (tracekit.ingest.devices)
 COMM_KERNEL = r"(?i)^(void )?(nccl|rccl)|ncclDevKernel|ncclKernel"
 COMM_CPU_OP = r"^(c10d::|_c10d_functional::|c10d_functional::|nccl:|gloo:)|^record_param_comms$"

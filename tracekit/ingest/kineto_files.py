@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tracekit import guarded_read
 from tracekit.errors import TracekitError
-from tracekit.ingest import guarded_read, read_ahead
+from tracekit.ingest import read_ahead
 
 MAX_BYTES_ENV = "TRACEKIT_MAX_TRACE_BYTES"
 #: parsing holds about 6.7 bytes of memory per byte of JSON (peak RSS growth measured on

@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from tracekit import guarded_read
 from tracekit.errors import TracekitError
-from tracekit.ingest import guarded_read
 from tracekit.ingest.kineto_decode import RawArgs, Trace, full_args, series
 from tracekit.ingest.kineto_files import HEAD_BYTES, read_head
 from tracekit.runfolder import rank_from_filename

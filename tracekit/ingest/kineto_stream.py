@@ -36,9 +36,10 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
+from tracekit import guarded_read
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events
-from tracekit.ingest import devices, foreign, guarded_read, kineto_classify
+from tracekit.ingest import devices, foreign, kineto_classify
 from tracekit.ingest.kineto_decode import Decoded, _decode, _decoded_fast
 from tracekit.ingest.kineto_files import _DEFLATE_MAX_RATIO, _too_big, max_trace_bytes
 from tracekit.ingest.kineto_info import (
@@ -424,6 +425,4 @@ def _device_sample(counts: list[pl.DataFrame], has_work: bool) -> pl.DataFrame:
 
 
 def _slim() -> pl.Expr:
-    from tracekit.ingest.rank_scan import SLIM  # rank_scan imports this module
-
-    return SLIM
+    return kineto_classify.SLIM

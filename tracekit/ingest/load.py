@@ -30,10 +30,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit import runfolder
+from tracekit import guarded_read, runfolder
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events
-from tracekit.ingest import foreign, guarded_read
+from tracekit.ingest import foreign
 from tracekit.ingest.contention_record import ContentionCounts
 from tracekit.ingest.flight_recorder import read_flight_record
 from tracekit.ingest.job import DumpRead, Job, NcclLogs, RankPiece

@@ -31,9 +31,8 @@ from typing import cast
 
 import polars as pl
 
-from tracekit import runfolder
+from tracekit import guarded_read, runfolder
 from tracekit.errors import TracekitError
-from tracekit.ingest import guarded_read
 from tracekit.ingest import nccl_lines as lines
 from tracekit.ingest.kineto_files import MAX_BYTES_ENV, max_trace_bytes
 from tracekit.ingest.nccl_placement import derive

@@ -12,8 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+from tracekit import guarded_read
 from tracekit.errors import TracekitError
-from tracekit.ingest import guarded_read
 
 MEMORY_ENV = "TRACEKIT_RANK_MEMORY"
 DEFAULT_RANK_MEMORY = 256 * 2**20

@@ -30,7 +30,7 @@ from tracekit import stopping
 from tracekit.errors import TracekitError
 from tracekit.events import empty_events
 from tracekit.ingest import cache as trace_cache
-from tracekit.ingest import foreign, kineto, kineto_stream
+from tracekit.ingest import foreign, kineto, kineto_classify, kineto_stream
 from tracekit.ingest.cache_paths import candidates
 from tracekit.ingest.kineto import _check_ranks, _default_workers, _idle_cpus, _spawn_can_start
 from tracekit.ingest.kineto_files import pin_mmap_threshold
@@ -40,11 +40,7 @@ from tracekit.ingest.read_options import ReadOptions
 from tracekit.ingest.spill import EventsRef, Spill, write
 
 #: the rows the cross-rank steps read (module docstring): the rest stays with the rank
-SLIM = (
-    pl.col("kind").is_in(["communication", "annotation"])
-    | pl.col("name").str.starts_with("ProfilerStep#")
-    | pl.col("name").str.starts_with("comm:")
-)
+SLIM = kineto_classify.SLIM  # the events the cross-rank steps read (defined beside the kinds)
 
 
 @dataclass(frozen=True)

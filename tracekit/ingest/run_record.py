@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracekit.ingest.guarded_read import in_range, rank_list
+from tracekit.guarded_read import in_range, rank_list
 
 #: a byte count past this is not one (no machine holds 2^62 bytes); it would overflow Int64 sums
 BYTES_LIMIT = 2**62

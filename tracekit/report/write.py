@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tracekit import outputs
+from tracekit import outputs, run_inputs
 from tracekit.errors import TracekitError
 from tracekit.report.data import write_csv, write_json, write_parquet, write_perfetto
 from tracekit.report.markdown import write_md
@@ -50,8 +50,8 @@ def _cannot_write(out: Path, why: str | None) -> TracekitError:
 def refuse_inputs(out: Path, paths: Sequence[Path]) -> None:
     """Refuse a report OUT that is or is inside what the report reads of PATHS (a trace,
     run.json, traces/, memory/, ..., the analysis folder: its prediction.json)."""
-    inputs = [i for p in paths for i in outputs.inputs_of(p, analysis=True)]
-    outputs.refuse_input_overlap(out, inputs, "-o", sources=list(paths))
+    inputs = [i for p in paths for i in run_inputs.inputs_of(p, analysis=True)]
+    run_inputs.refuse_input_overlap(out, inputs, "-o", sources=list(paths))
 
 
 def _atomic_target(out: Path, suffix: str = "") -> Path:
