@@ -254,3 +254,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     set up, with the one reason tests/builders/corpus_root.py gives (the only skip the corpus causes)."""
     if item.get_closest_marker("corpus") is not None:
         corpus_root.require()
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """The one line a bad input gets (docs/bad-input.md): exit 2, `tracekit: ...`, no
+    traceback, each of NEEDLES in it."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tracekit: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]

@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAMPLES, run_cli
+from conftest import ROOT, SAMPLES, one_line_error, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,16 +29,6 @@ TRACE = SAMPLES / "dp" / "traces" / "rank0.json.gz"
 
 def sample() -> dict:
     return json.loads(gzip.decompress(TRACE.read_bytes()))
-
-
-def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("tracekit: "), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def nothing_left(folder: Path, expected: set[str]) -> None:

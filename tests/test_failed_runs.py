@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builders.processes import job_processes
 from conftest import run_cli
 
 from tracekit import runfolder
@@ -30,18 +31,7 @@ def hang_timeout() -> float:
 
 def leftover_processes(run: Path) -> list[str]:
     """Live processes (not zombies) whose command line mentions the run folder."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if str(run) in cmd and state not in ("Z", "X"):
-            found.append(f"{entry.name}: {cmd}")
-    return found
+    return [f"{pid}: {cmd}" for pid, cmd in job_processes(run).items()]
 
 
 def rank_pid(run: Path, rank: int) -> int | None:

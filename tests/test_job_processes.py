@@ -17,29 +17,13 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from builders.processes import job_processes
 from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.slow(reason="tracekit run dp jobs, stopped every way")
 
 BOUND_S = 15.0  # every process of the job gone this long after the blow (KILL_GRACE_S is 5 s)
 START_S = 240.0  # a loaded machine takes a while to import torch twice
-
-
-def job_processes(folder: Path, but: int | None = None) -> dict[int, str]:
-    """Live processes (not zombies) whose command line names ``folder``: torchrun and its ranks
-    (``--run-dir``), tracekit itself (``--out``) unless it is ``but``."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in (os.getpid(), but):
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if str(folder) in cmd and state not in ("Z", "X"):
-            found[int(entry.name)] = cmd[:160]
-    return found
 
 
 def start(out: Path, prefix: list[str] | None = None) -> tuple[subprocess.Popen, Path]:

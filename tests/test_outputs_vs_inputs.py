@@ -17,19 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAMPLES, run_cli
+from conftest import ROOT, SAMPLES, one_line_error, run_cli
 
 DP = SAMPLES / "dp"
-
-
-def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("tracekit: "), proc.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def hashes(folder: Path) -> dict[str, str]:
