@@ -136,6 +136,9 @@ SLOW_FIXTURES = {  # "module::fixture" -> what it starts
 SLOW_TESTS = {  # "module::test" -> what it starts
     "test_no_harm::test_ctrl_c_stops_run": "tracekit run dp, stopped by Ctrl-C",
     "test_harm_oracle::test_harm_oracle_long": "60 drawn tracekit commands in decoy sandboxes",
+    "test_harm_oracle_jobs::test_run_among_decoys": "tracekit run dp among decoys",
+    "test_harm_oracle_jobs::test_demo_among_decoys": "tracekit demo --only dp among decoys",
+    "test_harm_oracle_jobs::test_the_app_among_decoys": "the Dash app analysing two runs",
 }
 SLOW_PARAMS = {  # "module::parameter" -> {value: what it starts}
     "test_flight_recorder::records": {"live": "a 2-rank torchrun job (live_dir)"},
