@@ -312,8 +312,14 @@ def _map_on(executor: Executor | None, workers: int | None) -> MapFn:
 
 
 def run_sections(inp: SectionInput) -> dict[str, SectionResult[Any]]:
-    """Every section of tracekit.analyses.manifest on INP, in its order."""
-    return {s.key: s.compute(inp) for s in manifest.SECTIONS if s.key and s.compute}
+    """Every section of tracekit.analyses.manifest on INP, in its order. A stop request (Ctrl-C,
+    the app's timeout: tracekit.stopping) is honoured between sections, not only in the read."""
+    out: dict[str, SectionResult[Any]] = {}
+    for s in manifest.SECTIONS:
+        if s.key and s.compute:
+            stopping.check()
+            out[s.key] = s.compute(inp)
+    return out
 
 
 def assemble(
