@@ -8,6 +8,7 @@ by benchmarks/inputs.py's method into a 45 MB trace); the held analysis is the j
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import subprocess
@@ -90,9 +91,11 @@ def test_declined_slice_takes_the_held_read(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def big_rank(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 6.3 MB rank's events 8 times in time (benchmarks/inputs.py): 45 MB of JSON."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import inputs
-
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # inputs.py imports its siblings
+    spec = importlib.util.spec_from_file_location("inputs", ROOT / "benchmarks" / "inputs.py")
+    assert spec is not None and spec.loader is not None
+    inputs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(inputs)
     source = json.loads(gzip.decompress(RANK.read_bytes()))
     head = {k: v for k, v in source.items() if k != "traceEvents"}
     path = tmp_path_factory.mktemp("big") / "rank0.json.gz"

@@ -49,12 +49,15 @@ def why_section(inp: SectionInput) -> SectionResult[Why]:
     waits = ws.wait_rows(calls)
     segs = ws.timelines(inp)
     states, sets = ws.rank_states(segs, waits, inp.windows)
-    mat = ws.matrix(waits).cast(MATRIX_SCHEMA)  # type: ignore[arg-type]
+    # who waits on whom in blocked time, each instant once: summed per call, a rank with
+    # several calls in flight (p2p receives posted ahead, DP buckets) waited longer than its span
+    blocked = exposed_waits(waits, sets)
+    mat = ws.matrix(blocked).cast(MATRIX_SCHEMA)  # type: ignore[arg-type]
     ops = rc.ops_of(inp.per_rank.top_ops)  # computed per rank by the map
     starts = dict(
         zip(inp.windows["rank"].to_list(), inp.windows["start_ns"].to_list(), strict=True)
     )
-    causes, inst = rc.root_causes(exposed_waits(waits, sets), sets, ops, starts)
+    causes, inst = rc.root_causes(blocked, sets, ops, starts)
     steps = cp.steps_of(inp.markers, inp.windows)
     path = cp.walk(steps, waits)
     value = Why(

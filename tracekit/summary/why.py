@@ -58,8 +58,16 @@ class WaitPair(Record):
 
     waiter: Annotated[int, M("the rank that waited")]
     cause: Annotated[int, M("the rank that arrived last")]
-    wait_s: Annotated[float, M("the waiter's waits at calls where cause arrived last, seconds")]
-    calls: Annotated[int, M("those calls")]
+    wait_s: Annotated[
+        float,
+        M(
+            "the time the waiter was blocked waiting at calls where cause arrived last, each "
+            "instant once (a call's wait cut to the waiter's `waiting` state and to what no "
+            "earlier call's wait already holds, as the root causes count it), seconds; at most "
+            "the waiter's `waiting_s`"
+        ),
+    ]
+    calls: Annotated[int, M("those calls with some of that time")]
 
 
 class WaitPattern(Record):
