@@ -131,12 +131,13 @@ def _post(url: str, body: dict | bytes, timeout: float) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def _page(url: str, search: str, timeout: float) -> tuple[int, str]:
+def _page(url: str, search: str, timeout: float, pathname: str = "/") -> tuple[int, str]:
+    """The app's page callback for PATHNAME?SEARCH, as the browser posts it."""
     body = {
         "output": PAGE_OUT,
         "outputs": PAGE_OUTPUTS,
         "inputs": [
-            {"id": "url", "property": "pathname", "value": "/"},
+            {"id": "url", "property": "pathname", "value": pathname},
             {"id": "url", "property": "search", "value": search},
         ],
         "changedPropIds": ["url.pathname"],

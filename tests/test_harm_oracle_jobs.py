@@ -9,13 +9,13 @@ runs, the index and the compare page. The same judge: every decoy and every inpu
 
 from __future__ import annotations
 
-import json
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from conftest import serve_flask
+from test_dash_hostile import _page
 from test_harm_oracle import _make, check, snapshot
 
 #: --out places: a decoy folder, a temp-looking folder, the run itself, a file, a read-only
@@ -40,30 +40,6 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode(errors="replace")
 
 
-def _callback(url: str, pathname: str, search: str) -> tuple[int, str]:
-    from test_dash_hostile import PAGE_OUT, PAGE_OUTPUTS
-
-    body = {
-        "output": PAGE_OUT,
-        "outputs": PAGE_OUTPUTS,
-        "inputs": [
-            {"id": "url", "property": "pathname", "value": pathname},
-            {"id": "url", "property": "search", "value": search},
-        ],
-        "changedPropIds": ["url.pathname"],
-    }
-    req = urllib.request.Request(
-        url + "/_dash-update-component",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
-
 def test_the_app_among_decoys(tmp_path: Path) -> None:
     """Every page of both runs, the index and the compare page, served over the sandbox: they
     answer, and the sandbox is as it was but the analyses the app writes for its runs."""
@@ -81,7 +57,7 @@ def test_the_app_among_decoys(tmp_path: Path) -> None:
         pages = 0
         for page in PAGES:
             for search in ["?run=RUN&run=RUN2"] if page.many else ["?run=RUN", "?run=RUN2"]:
-                code, text = _callback(url, page.path, search)
+                code, text = _page(url, search, timeout=300, pathname=page.path)
                 assert code == 200 and "Traceback" not in text, (page.path, search, text[:500])
                 pages += 1
         assert pages > 10  # every section's page of both runs, the index and the compare page

@@ -43,7 +43,8 @@ SIDE_FILE_BYTES = 64 << 20
 #: Python's decoders recurse once per level and stop at ~1000 with a RecursionError
 MAX_DEPTH = 200
 
-_KINDS = (
+_KINDS = (  # the one table of what a path that is not a regular file is (also tracekit.outputs)
+    (stat.S_ISLNK, "a symbolic link"),  # lstat's answer; fstat never gives it
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISSOCK, "a socket"),

@@ -23,6 +23,7 @@ import stat
 import time
 from pathlib import Path
 
+from tracekit import guarded_read
 from tracekit.errors import TracekitError
 
 #: leftovers older than this are swept even when their pid is alive (pids are reused)
@@ -31,16 +32,6 @@ STALE_S = 3600.0
 _FOLDER_NAME = re.compile(r"^\..+\.tmp-(\d+)-([0-9a-f]{8})$")
 #: the owner marker inside a temporary folder we made (:func:`make_owned_folder`)
 OWNER_FILE = ".tracekit-owner"
-
-_KINDS = (
-    (stat.S_ISLNK, "a symbolic link"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISDIR, "a folder"),
-)
-
 
 def kind_of(path: Path) -> str | None:
     """What is at PATH when it is not a regular file ("a FIFO", ...); None for a regular file
@@ -51,10 +42,7 @@ def kind_of(path: Path) -> str | None:
         return None
     except OSError:
         return "something that cannot be looked at"
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return None if stat.S_ISREG(mode) else "not a regular file"
+    return None if stat.S_ISREG(mode) else guarded_read.kind_of(mode)
 
 
 def check_file_target(path: Path, option: str) -> None:
