@@ -147,12 +147,8 @@ def measured_step_times(progs: dict[int, Program]) -> list[float]:
     """Per step index, the slowest rank's measured step (the programs' marks), seconds."""
     per: dict[int, float] = {}
     for p in progs.values():
-        at = {
-            it.key: it.t_ns for it in p.items if it.kind == "mark" and it.key and len(it.key) == 2
-        }
-        for key, t in at.items():
-            if key[1] == "start" and (key[0], "end") in at:
-                per[key[0]] = max(per.get(key[0], 0.0), (at[(key[0], "end")] - t) * 1e-9)
+        for k, (t0, t1) in _step_marks(p).items():
+            per[k] = max(per.get(k, 0.0), (t1 - t0) * 1e-9)
     return [per[k] for k in sorted(per)]
 
 
@@ -188,9 +184,11 @@ def what_if(
     calls: dict[str, Call],
     speeds: dict[int, float],
     run_inter_bits: float | None,
+    segments: dict[int, tuple[Segment, ...]] | None = None,
 ) -> dict[str, Any]:
-    """One point: the predicted step (slowest rank's median) and per step, with ``speeds``."""
-    rep = replay_at(progs, calls, speeds, run_inter_bits)
+    """One point: the predicted step (slowest rank's median) and per step, with ``speeds``
+    (and per-interval ``segments``)."""
+    rep = replay_at(progs, calls, speeds, run_inter_bits, segments)
     return {
         "speeds": [{"rank": r, "speed": s} for r, s in sorted(speeds.items())],
         "step_time_s": model.slowest(rep),
@@ -203,14 +201,7 @@ def measured_slowest(progs: dict[int, Program]) -> float | None:
     (the programs' marks), seconds."""
     meds = []
     for p in progs.values():
-        at = {
-            it.key: it.t_ns for it in p.items if it.kind == "mark" and it.key and len(it.key) == 2
-        }
-        d = sorted(
-            (at[(k[0], "end")] - t) * 1e-9
-            for k, t in at.items()
-            if k[1] == "start" and (k[0], "end") in at
-        )
+        d = [(t1 - t0) * 1e-9 for t0, t1 in _step_marks(p).values()]
         if d:
             meds.append(float(np.median(d)))
     return max(meds) if meds else None
@@ -232,8 +223,7 @@ def without(
         return None
     own = model.replay(progs, calls, model.Network(measured=True), run_inter_bits)
     segs = excess_segments(progs, rank) if len(progs) > 1 else ()
-    rep = replay_at(progs, calls, {rank: max(1.0, speed)}, run_inter_bits, {rank: segs})
-    point = {"step_time_s": model.slowest(rep), "step_times_s": step_times(rep)}
+    point = what_if(progs, calls, {rank: max(1.0, speed)}, run_inter_bits, {rank: segs})
     peers = {r: v for r, v in work_s.items() if r != rank}
     return {
         "rank": rank,
