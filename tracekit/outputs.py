@@ -33,6 +33,7 @@ _FOLDER_NAME = re.compile(r"^\..+\.tmp-(\d+)-([0-9a-f]{8})$")
 #: the owner marker inside a temporary folder we made (:func:`make_owned_folder`)
 OWNER_FILE = ".tracekit-owner"
 
+
 def kind_of(path: Path) -> str | None:
     """What is at PATH when it is not a regular file ("a FIFO", ...); None for a regular file
     or nothing. The link itself is looked at, never what it points to."""
