@@ -1,7 +1,9 @@
 """tracekit.capture.contention against real processes made to wait for a CPU (issue #27).
 
 Behaviour, not timing bounds: two busy processes pinned to one core each wait for it about half
-the time; a process that mostly sleeps does not wait at all."""
+the time, behind the other process; a busy step sharing its core with a busy thread of its own
+waits as long, behind its own thread, not behind another process; a process that mostly sleeps
+does not wait at all."""
 
 from __future__ import annotations
 
@@ -20,13 +22,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 _CHILD = r"""
-import json, os, sys, time
+import json, os, sys, threading, time
 from tracekit.capture.contention import ContentionMeter
 core = min(os.sched_getaffinity(0))
 os.sched_setaffinity(0, {core})
-busy = sys.argv[1] == "busy"
+busy = sys.argv[1] in ("busy", "own")
 rival = None
-if busy:
+stop = threading.Event()
+if sys.argv[1] == "own":  # a busy thread of the process itself (as a rank's gloo thread)
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+    threading.Thread(target=spin, daemon=True).start()
+if sys.argv[1] == "busy":
     rival = os.fork()
     if rival == 0:  # a second busy process on the same core
         os.sched_setaffinity(0, {core})
@@ -39,6 +47,7 @@ for k in range(3):
         while time.perf_counter() < end:
             if not busy:
                 time.sleep(0.02)
+stop.set()
 if rival:
     os.kill(rival, 9)
 print(json.dumps(meter.record(warmup=1)))
@@ -63,6 +72,22 @@ def test_a_rank_sharing_its_core_waits_for_it() -> None:
     assert all(0 <= s["cpu_wait_s"] <= s["wall_s"] for s in rec["steps"])
     assert rec["total"]["involuntary_switches"] > 0
     assert rec["total"]["cpu_s"] < rec["total"]["wall_s"]
+    # it waited behind the other process: its own process had no other thread to wait behind
+    assert rec["total"]["cpu_wait_outside_share"] > 0.3
+    assert rec["total"]["other_threads_cpu_s"] < 0.1 * rec["total"]["wall_s"]
+
+
+def test_waiting_behind_its_own_thread_is_not_outside_contention() -> None:
+    rec = _measure("own")
+    total = rec["total"]
+    assert total["cpu_wait_share"] > 0.1  # the step waited for the core all the same (GIL: ~18 %)
+    # the core ran the process's own other thread meanwhile: that accounts for the wait
+    assert total["other_threads_cpu_s"] >= 0.8 * total["cpu_wait_s"]
+    assert total["cpu_wait_outside_share"] < 0.1
+    for s in rec["steps"]:  # the oracle: wait less the other threads' CPU, per step
+        assert s["cpu_wait_outside_s"] == pytest.approx(
+            max(0.0, s["cpu_wait_s"] - s["other_threads_cpu_s"])
+        )
 
 
 def test_a_mostly_sleeping_process_barely_waits() -> None:

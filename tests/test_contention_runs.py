@@ -25,12 +25,19 @@ pytestmark = [
         reason="needs Linux schedstat and sched_setaffinity",
     ),
 ]
-_HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass\n"
+_HOG = (
+    "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "try:\n    os.nice(-5)\nexcept OSError:\n    pass\n"  # ahead of the rank where allowed
+    "while True: pass\n"
+)
 
 
 @contextmanager
 def _busy_cores() -> Iterator[None]:
-    hogs = [subprocess.Popen([sys.executable, "-c", _HOG, str(c)]) for c in os.sched_getaffinity(0)]
+    # two per core: a rank that wakes from a wait preempts a lone hog (CFS's wake-up credit) and
+    # then barely waits (measured: 6 % on one rank in one try of three)
+    cores = sorted(os.sched_getaffinity(0)) * 2
+    hogs = [subprocess.Popen([sys.executable, "-c", _HOG, str(c)]) for c in cores]
     try:
         yield
     finally:
@@ -55,12 +62,21 @@ def test_ranks_sharing_their_cores_are_named_with_their_share(tmp_path: Path) ->
     assert analysed.returncode == 0, analysed.stderr[-3000:]
     summary = json.loads((tmp_path / "an" / "summary.json").read_text())
     c = summary["contention"]
+    expected = []
     for row in c["per_rank"]:
         total = files[row["rank"]]["total"]  # the oracle: what the rank measured
         assert row["cpu_wait_share"] == pytest.approx(total["cpu_wait_s"] / total["wall_s"])
         assert 0 <= row["cpu_wait_s"] <= row["wall_s"]
-    # a busy loop on every core: each rank waits for its core a large part of its steps
-    assert c["inflated"] == [0, 1], c
+        steps = files[row["rank"]]["steps"]  # behind other processes: step by step, at least
+        outside = sum(max(0.0, x["cpu_wait_s"] - x["other_threads_cpu_s"]) for x in steps)
+        share = outside / total["wall_s"]
+        assert row["cpu_wait_outside_share"] == pytest.approx(share, abs=1e-9)
+        if share > 0.10:
+            expected.append(row["rank"])
+    # busy loops on every core: the ranks wait for their cores (the one that mostly sleeps in
+    # gloo waiting for the other can stay under 10 %: measured 6 % in one try of five)
+    assert expected and c["inflated"] == expected, json.dumps(c)
     line = next(w for w in summary["warnings"] if w.startswith("contention: "))
-    assert "rank(s) 0 (" in line and ", 1 (" in line and "include that waiting" in line
+    assert f"rank(s) {expected[0]} (" in line and "include that waiting" in line, line
+    assert all(f"{r} (" in line for r in expected)
     assert line in analysed.stdout + analysed.stderr  # the CLI says it too

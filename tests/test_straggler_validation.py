@@ -6,11 +6,16 @@ claim, the issue's bounds: the top cause is rank 1; the waits charged to it are 
 the extra compute run.json says it ran; the critical path's largest share is rank 1's, compute
 its main state; ``predict --without-straggler`` gives the clean run's step within 15 %.
 
-The two timed claims compare runs made one after the other on a shared machine, so another job
-moves them (measured here at load 4-15: the peers' own work per step changed 0.5-2x between two
-runs a minute apart). The suite asserts behaviour, not timings (issue #25): here the timed
-claims hold within twice the issue's bounds; benchmarks/straggler_validation.py checks the
-issue's own bounds, and its table, with the load, is what the closing note reports.
+The two structural claims (top cause, path) are asserted at the issue's bounds. The two timed
+ones compare runs made one after the other on a shared 2-CPU machine, where another job, and the
+planted straggler itself, move them: on an idle machine the peer's own matmuls ran 16-28 % slower
+while the straggler computed beside it (pp-1f1b peer work per step 0.297 s clean, 0.370 s
+beside the straggler), and CI at load 1.5 put dp's charges at -80 % and pp's what-if at +48 %.
+The suite asserts behaviour, not timings (issue #25): here the timed claims are held to what no
+noise explains (charges beyond the clean run's are positive and at most twice the injected;
+the what-if is faster than the straggler run and no faster than the clean run's half);
+benchmarks/straggler_validation.py checks the issue's own bounds, and its table, with the load
+and the peer's slowdown, is what the closing note reports.
 """
 
 from __future__ import annotations
@@ -43,7 +48,12 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
 def test_claim(rows: dict[str, dict[str, Any]], strategy: str, claim: str) -> None:
     row = rows[strategy]
     load = Path("/proc/loadavg").read_text().split()[:3]
-    assert row["injected_s"] > 0.1  # the straggler really ran extra compute
-    loose = claim in ("charged", "without")  # timed: twice the issue's bounds (docstring)
-    ok = sv.verdicts(row, slack=2.0 if loose else 1.0)[claim]
-    assert ok, f"{claim} not met (load {load}): {json.dumps(row)}"
+    why = f"{claim} not met (load {load}): {json.dumps(row)}"
+    assert row["injected_per_step_s"] and min(row["injected_per_step_s"]) > 0, why
+    if claim in ("top cause", "path"):
+        assert sv.verdicts(row)[claim], why
+    elif claim == "charged":
+        beyond = row["charged_s"] - row["clean_charged_s"]
+        assert 0 < beyond <= 2 * row["injected_s"], why
+    else:
+        assert row["clean_step_s"] / 2 <= row["without_s"] < row["straggler_step_s"], why

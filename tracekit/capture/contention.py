@@ -38,6 +38,7 @@ class Sample:
     involuntary: int | None  # sum over threads of nonvoluntary_ctxt_switches
     why: str | None = None
     step_thread_s: float | None = None  # the sampling thread's own run-queue wait, seconds
+    step_thread_cpu_s: float | None = None  # the sampling thread's own time on a CPU, seconds
 
 
 def _task_dirs(pid: str) -> list[Path]:
@@ -69,18 +70,19 @@ def _involuntary(tasks: list[Path]) -> int:
     return total
 
 
-def _own_runqueue_s() -> float | None:
-    """Run-queue wait of the calling thread (the one that runs the step), seconds."""
+def _own_schedstat_s() -> tuple[float | None, float | None]:
+    """The calling thread's (the step's) time on a CPU and run-queue wait, seconds."""
     try:
-        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+        on_cpu, waited = Path("/proc/thread-self/schedstat").read_text().split()[:2]
+        return int(on_cpu) / 1e9, int(waited) / 1e9
     except (OSError, IndexError, ValueError):
-        return None
+        return None, None
 
 
 def sample(pid: str = "self") -> Sample:
     """The counters of process ``pid`` now (all its threads; the calling thread's own wait)."""
     wall, cpu = time.perf_counter(), time.process_time()
-    own = _own_runqueue_s() if pid == "self" else None
+    own_cpu, own = _own_schedstat_s() if pid == "self" else (None, None)
     try:
         tasks = _task_dirs(pid)
         runqueue: float | None = _runqueue_ns(tasks) / 1e9
@@ -91,7 +93,7 @@ def sample(pid: str = "self") -> Sample:
         involuntary: int | None = _involuntary(tasks)
     except (OSError, ValueError):
         involuntary = _rusage_involuntary()
-    return Sample(wall, cpu, runqueue, involuntary, step_thread_s=own)
+    return Sample(wall, cpu, runqueue, involuntary, step_thread_s=own, step_thread_cpu_s=own_cpu)
 
 
 def _rusage_involuntary() -> int | None:
@@ -117,9 +119,22 @@ def delta(a: Sample, b: Sample) -> dict[str, Any]:
         if a.step_thread_s is None or b.step_thread_s is None
         else b.step_thread_s - a.step_thread_s
     )
+    cpu = b.cpu_s - a.cpu_s
+    others = (
+        None
+        if a.step_thread_cpu_s is None or b.step_thread_cpu_s is None
+        else max(0.0, cpu - (b.step_thread_cpu_s - a.step_thread_cpu_s))
+    )
+    # while the step thread waited, a CPU ran either the rank's other threads (its gloo, autograd
+    # and profiler threads: the rank's own work, in turn instead of overlapped) or another
+    # process; the others ran at most `others` seconds, so at least own - others was behind
+    # other processes (a lower bound: what inflates the run from outside)
+    outside = None if own is None or others is None else max(0.0, own - others)
     return {
         "wall_s": wall,
-        "cpu_s": b.cpu_s - a.cpu_s,
+        "cpu_s": cpu,
+        "other_threads_cpu_s": others,
+        "cpu_wait_outside_s": outside,
         "runqueue_s": rq,
         # run-queue delay is summed over threads, so with several runnable threads the share
         # can exceed 1: it is "CPU-seconds wanted but not given" per second of the window
@@ -129,6 +144,7 @@ def delta(a: Sample, b: Sample) -> dict[str, Any]:
         # its share is the part of the step that did not progress for want of a CPU
         "cpu_wait_s": own,
         "cpu_wait_share": None if own is None or wall <= 0 else own / wall,
+        "cpu_wait_outside_share": None if outside is None or wall <= 0 else outside / wall,
     }
 
 
@@ -160,6 +176,7 @@ class ContentionMeter:
             return None if not values or any(v is None for v in values) else sum(values)
 
         wall, rq, own = total("wall_s"), total("runqueue_s"), total("cpu_wait_s")
+        outside = total("cpu_wait_outside_s")
         return {
             "schema": SCHEMA,
             "pid": os.getpid(),
@@ -173,6 +190,9 @@ class ContentionMeter:
                 "involuntary_switches": total("involuntary_switches"),
                 "cpu_wait_s": own,
                 "cpu_wait_share": None if own is None or not wall else own / wall,
+                "other_threads_cpu_s": total("other_threads_cpu_s"),
+                "cpu_wait_outside_s": outside,
+                "cpu_wait_outside_share": None if outside is None or not wall else outside / wall,
             },
             "unavailable": self.why,
         }

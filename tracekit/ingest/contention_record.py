@@ -36,8 +36,15 @@ class ContentionCounts:
     """Wall time of the profiled steps, seconds."""
     cpu_wait_s: float | None
     """Time the step's own thread was runnable but waited for a CPU (schedstat), seconds."""
+    cpu_wait_outside_s: float | None
+    """Of cpu_wait_s, the part behind other processes, at least (cpu_wait_s less the CPU time of
+    the rank's other threads); None in files from before it was recorded."""
+    other_threads_cpu_s: float | None
+    """CPU time of the rank's threads other than the step's (gloo, autograd, profiler), seconds."""
     step_waits: tuple[tuple[float, float], ...]
     """Each profiled step's (wall_s, cpu_wait_s), in order; steps lacking either are left out."""
+    step_outside_waits: tuple[tuple[float, float], ...]
+    """Each profiled step's (wall_s, cpu_wait_outside_s), where the file has it."""
     threads_runqueue_s: float | None
     """Run-queue wait summed over all the rank's threads, seconds (can exceed wall time)."""
     cpu_s: float | None
@@ -62,12 +69,15 @@ class ContentionCounts:
         total = _mapping(data.get("total"))
         steps = data.get("steps")
         steps = steps if isinstance(steps, list) else []
-        pairs = []
+        pairs, outside = [], []
         for s in steps:
             if isinstance(s, Mapping):
                 wall, wait = _seconds(s.get("wall_s")), _seconds(s.get("cpu_wait_s"))
+                behind = _seconds(s.get("cpu_wait_outside_s"))
                 if wall is not None and wait is not None:
                     pairs.append((wall, wait))
+                if wall is not None and behind is not None:
+                    outside.append((wall, behind))
         cores = data.get("usable_cores")
         machine = _mapping(data.get("machine"))
         pinned = data.get("pinned")
@@ -75,7 +85,10 @@ class ContentionCounts:
         return cls(
             wall_s=_seconds(total.get("wall_s")),
             cpu_wait_s=_seconds(total.get("cpu_wait_s")),
+            cpu_wait_outside_s=_seconds(total.get("cpu_wait_outside_s")),
+            other_threads_cpu_s=_seconds(total.get("other_threads_cpu_s")),
             step_waits=tuple(pairs),
+            step_outside_waits=tuple(outside),
             threads_runqueue_s=_seconds(total.get("runqueue_s")),
             cpu_s=_seconds(total.get("cpu_s")),
             involuntary_switches=_count(total.get("involuntary_switches")),

@@ -52,6 +52,22 @@ class ContentionRank(Record):
         bool | None, M("whether the rank was pinned to its own cores (TRACEKIT_PIN=0: not)")
     ]
     threads: Annotated[int | None, M("torch intra-op threads of the rank")]
+    cpu_wait_outside_s: Annotated[
+        float | None,
+        M(
+            "of cpu_wait_s, the part behind other processes, at least: cpu_wait_s less the CPU "
+            "time of the rank's other threads (gloo, autograd, profiler), which the step thread "
+            "may have waited behind; null in runs from before it was recorded"
+        ),
+    ] = None
+    cpu_wait_outside_share: Annotated[
+        float | None,
+        M("cpu_wait_outside_s / wall_s: what inflates the steps from outside the rank"),
+    ] = None
+    other_threads_cpu_s: Annotated[
+        float | None,
+        M("CPU time of the rank's threads other than the step's over the steps, seconds"),
+    ] = None
 
 
 class Contention(Record):
@@ -67,12 +83,23 @@ class Contention(Record):
     ]
     inflated: Annotated[
         list[int],
-        M(f"ranks whose cpu_wait_share exceeds {INFLATED_SHARE:.0%}: their times include waiting"),
+        M(
+            f"ranks whose cpu_wait_outside_share (cpu_wait_share where that is null) exceeds "
+            f"{INFLATED_SHARE:.0%}: their times include waiting for other processes"
+        ),
     ]
     unavailable: Annotated[
         str | None, M("why the platform could not give a figure; null when all were read")
     ]
     per_rank: Annotated[list[ContentionRank], M("one row per rank with a contention file")]
+    own_threads: Annotated[
+        list[int],
+        M(
+            f"ranks not inflated whose cpu_wait_share exceeds {INFLATED_SHARE:.0%}: the step "
+            "thread took turns with the rank's own threads on its cores, so communication that "
+            "overlaps compute with a core to spare ran in turn with it"
+        ),
+    ] = []
 
 
 class Steps(Record):
