@@ -57,7 +57,7 @@ class ContentionRank(Record):
         M(
             "of cpu_wait_s, the part behind other processes, at least: cpu_wait_s less the CPU "
             "time of the rank's other threads (gloo, autograd, profiler), which the step thread "
-            "may have waited behind; null in runs from before it was recorded"
+            "may have waited behind, seconds; null in runs from before it was recorded"
         ),
     ] = None
     cpu_wait_outside_share: Annotated[
