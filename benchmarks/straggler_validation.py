@@ -18,8 +18,9 @@ back to back. Per pair it checks the issue's four claims on the straggler run:
 
 and prints the table, with the machine's load while it ran, and how much slower the peers'
 own work ran beside the straggler than in the clean run ("peer slowed": on this 2-CPU machine
-the straggler's extra matmuls slow its peer's too, 16-28 % on an idle machine, which the
-what-if cannot know and the clean step does not hold). tests/test_straggler_validation.py makes
+the straggler's extra matmuls slow its peer's too: on an idle machine the peer's matmuls ran
+16-28 % longer and its work per step 9-35 %, which the what-if cannot know and the clean step
+does not hold). tests/test_straggler_validation.py makes
 the same runs and holds the timed claims to looser, noise-proof bounds (its docstring).
 
     python benchmarks/straggler_validation.py [--out DIR] [--steps 3] [--factor 2] [--reuse DIR]

@@ -4,8 +4,9 @@ timings be trusted?
 ``contention`` reads what each rank measured of itself (Job.contention); a rank whose step thread
 waited for a CPU behind other processes more than INFLATED_SHARE of its steps gets a warning that
 names it, the share and what it inflates. Waiting behind the rank's own threads (a rank pinned
-to one core runs its gloo thread in turn with the step: measured 2-14 % on an idle machine, 2
-ranks on 2 cores) is a milder, separate line: the rank's own work, serialised. ``steps`` is the job's step time over the complete steps and its spread.
+to one core runs its gloo thread in turn with the step: measured 2-22 % on an idle machine, 2
+ranks on 2 cores) is a milder, separate line: the rank's own work, serialised. ``steps`` is the
+job's step time over the complete steps and its spread.
 """
 
 from __future__ import annotations

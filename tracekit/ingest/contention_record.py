@@ -43,8 +43,6 @@ class ContentionCounts:
     """CPU time of the rank's threads other than the step's (gloo, autograd, profiler), seconds."""
     step_waits: tuple[tuple[float, float], ...]
     """Each profiled step's (wall_s, cpu_wait_s), in order; steps lacking either are left out."""
-    step_outside_waits: tuple[tuple[float, float], ...]
-    """Each profiled step's (wall_s, cpu_wait_outside_s), where the file has it."""
     threads_runqueue_s: float | None
     """Run-queue wait summed over all the rank's threads, seconds (can exceed wall time)."""
     cpu_s: float | None
@@ -69,15 +67,12 @@ class ContentionCounts:
         total = _mapping(data.get("total"))
         steps = data.get("steps")
         steps = steps if isinstance(steps, list) else []
-        pairs, outside = [], []
+        pairs = []
         for s in steps:
             if isinstance(s, Mapping):
                 wall, wait = _seconds(s.get("wall_s")), _seconds(s.get("cpu_wait_s"))
-                behind = _seconds(s.get("cpu_wait_outside_s"))
                 if wall is not None and wait is not None:
                     pairs.append((wall, wait))
-                if wall is not None and behind is not None:
-                    outside.append((wall, behind))
         cores = data.get("usable_cores")
         machine = _mapping(data.get("machine"))
         pinned = data.get("pinned")
@@ -88,7 +83,6 @@ class ContentionCounts:
             cpu_wait_outside_s=_seconds(total.get("cpu_wait_outside_s")),
             other_threads_cpu_s=_seconds(total.get("other_threads_cpu_s")),
             step_waits=tuple(pairs),
-            step_outside_waits=tuple(outside),
             threads_runqueue_s=_seconds(total.get("runqueue_s")),
             cpu_s=_seconds(total.get("cpu_s")),
             involuntary_switches=_count(total.get("involuntary_switches")),
