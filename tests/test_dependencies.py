@@ -162,3 +162,16 @@ def test_torch_is_the_runs_extra_and_the_name_is_ours() -> None:
     from tracekit.cli.runs import DISTRIBUTION
 
     assert DISTRIBUTION == project["name"]  # the one-line hint names what pip can install
+
+
+def test_tracekit_never_names_the_run_side() -> None:
+    """tracekit finds the strategies through the ``tracekit.run_side`` entry point; not even a
+    docstring names the package, so a reader of tracekit/ learns the vocabulary from tracekit
+    alone (the import contract in pyproject.toml covers imports, this covers the text)."""
+    naming = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted((ROOT / "tracekit").rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "instrumented_runs" in line
+    ]
+    assert naming == [], naming

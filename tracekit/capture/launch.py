@@ -97,7 +97,7 @@ def validate(opts: RunOptions) -> registry.Strategy:
 
 def _batch_problem(spec: registry.Strategy, opts: RunOptions) -> str | None:
     """Why the global batch does not split over the ranks or the microbatches (the checks the
-    harness and instrumented_runs.pipeline make in each rank), or None."""
+    run side's harness and pipeline runner make in each rank), or None."""
     batch = opts.global_batch or spec.global_batch
     if spec.splits_batch and batch % opts.nproc:
         return f"--global-batch {batch} does not divide by {opts.nproc} ranks"
@@ -115,7 +115,7 @@ def _batch_problem(spec: registry.Strategy, opts: RunOptions) -> str | None:
 def _tensor_parallel_problem(spec: registry.Strategy, opts: RunOptions) -> str | None:
     """Why the model's heads or MLP width do not split over the tensor-parallel group (tp: all
     the ranks; tp-dp: the ranks of one node), which the ranks would find only when they build
-    the model (instrumented_runs.tp), or None."""
+    the model (the run side's tensor-parallel strategy), or None."""
     if spec.module not in ("tp", "tp_dp"):
         return None
     from tracekit.strategies.model_shape import GPTConfig

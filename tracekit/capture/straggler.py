@@ -1,7 +1,7 @@
 """A straggler we plant: one rank's compute made FACTOR times slower, as compute (ground truth).
 
 ``tracekit run STRATEGY --straggler RANK:FACTOR`` (tracekit.strategies.options) installs a
-:class:`Straggler` on rank RANK (instrumented_runs.harness). Every strategy runs its forward and
+:class:`Straggler` on rank RANK (the run side's harness). Every strategy runs its forward and
 backward inside :func:`tracekit.capture.region` (labels ``forward``/``backward``, and a
 pipeline's ``F``/``B``/``W`` per microbatch), so that is the one place the extra goes: when such
 a phase ends on the straggler, it runs real extra work (matmuls on a private tensor: ``aten::mm``
@@ -11,7 +11,7 @@ the waits it causes to that phase. The phase's compute time is its wall time les
 communication regions (``comm:...`` labels) nested in it: waiting on a peer is not compute.
 
 What was injected is timed on the rank, per step, and goes into run.json ``straggler``
-(instrumented_runs.harness.finish): the ground truth the analysis is checked against.
+(the run side's harness, when it finishes): the ground truth the analysis is checked against.
 """
 
 from __future__ import annotations
