@@ -1,9 +1,11 @@
 """Count rank aborts at exit (issue #25 item 1) over N repeated real runs.
 
-    python benchmarks/exit_aborts.py [--runs 20] [--nproc 2] [--which run,profile]
+    python benchmarks/exit_aborts.py [--runs 20] [--nproc 2] [--which run,profile,profile-full]
 
 ``run``: ``tracekit run zero3 --nproc N --steps 2 --prefetch 0``; ``profile``: the 2-rank
-tracekit.profile user job of tests/test_profile_api.py under torchrun (context manager only). A
+tracekit.profile user job of tests/test_profile_api.py under torchrun (context manager only);
+``profile-full``: the same job whole (decorator, two-cycle callback, its own
+``destroy_process_group``), the one that aborted in CI. A
 run counts as an abort when it exits non-zero or its output says ``terminate called`` or
 ``SIGABRT`` / ``Signals.SIGABRT``. Prints one line per run and the counts; exit 1 if any aborted.
 """
@@ -46,12 +48,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--which", default="run,profile")
+    p.add_argument("--which", default="run,profile,profile-full")
     a = p.parse_args()
-    env = dict(os.environ, ONLY_CTX="1")
     aborts: dict[str, int] = {}
     for which in a.which.split(","):
-        build = {"run": _run_cmd, "profile": _profile_cmd}[which]
+        build = {"run": _run_cmd, "profile": _profile_cmd, "profile-full": _profile_cmd}[which]
+        env = dict(os.environ, **({"ONLY_CTX": "1"} if which == "profile" else {}))
         aborts[which] = 0
         for i in range(a.runs):
             with tempfile.TemporaryDirectory() as tmp:

@@ -259,6 +259,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         corpus_root.require()
 
 
+_CORPUS_OUTCOMES: dict[str, str] = {}  # test id of a corpus-marked test -> its outcome
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "corpus" in report.keywords and (report.when == "call" or report.outcome != "passed"):
+        _CORPUS_OUTCOMES[report.nodeid] = report.outcome  # a setup skip or failure counts too
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line with the corpus' own count (issue #23: CI shows how many corpus cases passed)."""
+    if not _CORPUS_OUTCOMES:
+        return
+    counts = {o: list(_CORPUS_OUTCOMES.values()).count(o) for o in ("passed", "failed", "skipped")}
+    where = corpus_root.missing() or f"{corpus_root.ENV}={corpus_root.CORPUS}"
+    cases = sum(1 for n in _CORPUS_OUTCOMES if "test_idle_and_compute_match_hta_definitions" in n)
+    terminalreporter.write_line(
+        f"corpus: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+        f" of {len(_CORPUS_OUTCOMES)} corpus tests ({cases} trace cases of tests/test_corpus.py); {where}"
+    )
+
+
 def one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
     """The one line a bad input gets (docs/bad-input.md): exit 2, `tracekit: ...`, no
     traceback, each of NEEDLES in it."""

@@ -62,7 +62,7 @@ def test_ranks_sharing_their_cores_are_named_with_their_share(tmp_path: Path) ->
     assert analysed.returncode == 0, analysed.stderr[-3000:]
     summary = json.loads((tmp_path / "an" / "summary.json").read_text())
     c = summary["contention"]
-    expected = []
+    expected, shares = [], []
     for row in c["per_rank"]:
         total = files[row["rank"]]["total"]  # the oracle: what the rank measured
         assert row["cpu_wait_share"] == pytest.approx(total["cpu_wait_s"] / total["wall_s"])
@@ -71,8 +71,10 @@ def test_ranks_sharing_their_cores_are_named_with_their_share(tmp_path: Path) ->
         outside = sum(max(0.0, x["cpu_wait_s"] - x["other_threads_cpu_s"]) for x in steps)
         share = outside / total["wall_s"]
         assert row["cpu_wait_outside_share"] == pytest.approx(share, abs=1e-9)
+        shares.append(share)
         if share > 0.10:
             expected.append(row["rank"])
+    assert c["cpu_wait_outside_share_max"] == pytest.approx(max(shares), abs=1e-9)
     # busy loops on every core: the ranks wait for their cores (the one that mostly sleeps in
     # gloo waiting for the other can stay under 10 %: measured 6 % in one try of five)
     assert expected and c["inflated"] == expected, json.dumps(c)

@@ -48,6 +48,7 @@ def test_shares_warning_and_table_come_from_the_files(tmp_path: Path) -> None:
     assert r0.cpu_per_wall == pytest.approx(0.5) and r0.pinned is True and r0.threads == 2
     assert r1.cpu_wait_share == 0.0 and c.inflated == [0]
     assert c.cpu_wait_share_max == pytest.approx(0.25)
+    assert c.cpu_wait_outside_share_max is None  # files from before the split: unknown, not 0
     (line,) = [w for w in s.warnings if w.startswith("contention: ")]
     assert "rank(s) 0 (25%)" in line and "2 ranks x 2 threads on 2 cores" in line
     assert "1 (" not in line

@@ -69,7 +69,10 @@ def test_the_terminal_shows_progress_not_rank_noise(demo):
     assert "[default" not in terminal and "nan" not in terminal.lower()
     progress = [l for l in proc.stderr.splitlines() if l.startswith("run ")]
     # each line ends with how far its timings hold: CPU waiting and step spread (#27)
-    trust = r" \(waited for a CPU up to \d+% of its steps; step [\d.e-]+ s, spread \d+%\)"
+    trust = (
+        r" \(waited for a CPU up to \d+% of its steps, \d+% behind other processes;"
+        r" step [\d.e-]+ s, spread \d+%\)"
+    )
     assert [re.sub(r" \.\.\. [\d.]+ s" + trust + "$", "", l) for l in progress] == [
         "run 1/4 dp",
         f"run 2/4 zero3 (prefetch 0, {ZERO3_NODES})",

@@ -62,11 +62,13 @@ def contention(inp: SectionInput) -> SectionResult[Contention]:
     shares = [r.cpu_wait_share for r in rows if r.cpu_wait_share is not None]
     inflated = [r for r in rows if (_outside(r) or 0) > INFLATED_SHARE]
     own = [r for r in rows if r not in inflated and (r.cpu_wait_share or 0) > INFLATED_SHARE]
+    outside = [r.cpu_wait_outside_share for r in rows if r.cpu_wait_outside_share is not None]
     value = Contention(
         ranks=len(rows),
         machine_cores=_most([c.machine_cores for c in counts.values()]),
         local_ranks=_most([c.local_ranks for c in counts.values()]),
         cpu_wait_share_max=max(shares) if shares else None,
+        cpu_wait_outside_share_max=max(outside) if outside else None,
         inflated=[r.rank for r in inflated],
         own_threads=[r.rank for r in own],
         unavailable=next((c.unavailable for c in counts.values() if c.unavailable), None),

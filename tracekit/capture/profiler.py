@@ -334,13 +334,14 @@ class Profiler:
             "steps": self.steps,
             "cycles": self.cycles,
         }
+        group, self._group = self._group, None  # held past here, it outlives destroy (teardown)
         if error is not None:
             self._record_error(self.run_dir, error)
             return
         everyone: list[Any] = [mine]
         if sync and distributed:
             everyone = [None] * self.world_size
-            dist.all_gather_object(everyone, mine, group=self._group)
+            dist.all_gather_object(everyone, mine, group=group)
         if self.rank == 0:
             self._finish_run_json(self.run_dir, everyone)
 

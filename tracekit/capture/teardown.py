@@ -10,12 +10,24 @@ through a noexcept destructor is ``std::terminate`` (seen with a core file: the 
 gloo script ending in ``all_gather_object`` without ``destroy_process_group`` aborted 12 times
 in 20; with it, 0 in 20. So: destroy the process group, and drop the last references to it
 (``gc.collect``), while Python is still whole: ``~ProcessGroupGloo`` then joins its workers.
+
+Destroying is not enough once ``torch.distributed.nn.functional`` was imported after
+``init_process_group``: its ten collectives take ``group=group.WORLD`` as a default argument,
+evaluated at import, so they hold the default group for the life of the process, and
+``destroy_process_group`` unregisters it without freeing it: its gloo workers live on into
+finalisation (measured: both ``pt_gloo_runloop`` threads still there after destroy and
+``gc.collect``). The torch profiler imports it (through ``torch._dynamo``), so every
+``tracekit.profile`` job pinned its group; that is the abort seen in the profile-API job, whose
+script does call ``destroy_process_group``. So leaving also drops those defaults (a group no
+longer registered becomes ``None``, which those functions read as "the default group"), and
+the group is freed and its workers joined before the interpreter finalises.
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
+import sys
 
 import torch.distributed as dist
 
@@ -23,10 +35,33 @@ _registered: list[bool] = []
 
 
 def leave_process_group() -> None:
-    """Destroy every process group (joining gloo's worker threads); nothing without one."""
+    """Destroy every process group and free it (joining gloo's worker threads); with none left
+    (the user's job destroyed it) it still frees what pinned the destroyed ones."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _unpin_destroyed_groups()
     gc.collect()  # a group still referenced from a cycle is freed now, not during finalisation
+
+
+def _unpin_destroyed_groups() -> int:
+    """Replace, in ``torch.distributed.nn.functional``'s default arguments, every process group
+    that is no longer registered by ``None``; the count replaced."""
+    module = sys.modules.get("torch.distributed.nn.functional")
+    if module is None or not dist.is_available():
+        return 0
+    live = dist.distributed_c10d._world.pg_map  # the groups still registered
+    replaced = 0
+    for fn in vars(module).values():
+        defaults = getattr(fn, "__defaults__", None)
+        if getattr(fn, "__module__", None) != module.__name__ or not defaults:
+            continue
+        kept = tuple(
+            None if isinstance(d, dist.ProcessGroup) and d not in live else d for d in defaults
+        )
+        if kept != defaults:
+            fn.__defaults__ = kept
+            replaced += sum(a is not b for a, b in zip(kept, defaults))
+    return replaced
 
 
 def leave_process_group_at_exit() -> None:

@@ -172,7 +172,11 @@ def _trust(summary: Any) -> str:
     parts = []
     c = summary.contention
     if c is not None and c.cpu_wait_share_max is not None:
-        parts.append(f"waited for a CPU up to {c.cpu_wait_share_max:.0%} of its steps")
+        behind = c.cpu_wait_outside_share_max
+        part = f"waited for a CPU up to {c.cpu_wait_share_max:.0%} of its steps"
+        parts.append(
+            part + (f", {behind:.0%} behind other processes" if behind is not None else "")
+        )
     if summary.steps is not None:
         parts.append(f"step {summary.steps.median_s:.3g} s, spread {summary.steps.spread:.0%}")
     return f" ({'; '.join(parts)})" if parts else ""

@@ -70,7 +70,11 @@ def _contended(*runs: _Run) -> str | None:
     for r in runs:
         c, st, who = r.summary.contention, r.summary.steps, r.label
         if c is not None and c.cpu_wait_share_max is not None and c.inflated:
-            parts.append(f"{who}'s ranks waited for a CPU up to {c.cpu_wait_share_max:.0%}")
+            behind = c.cpu_wait_outside_share_max
+            part = f"{who}'s ranks waited for a CPU up to {c.cpu_wait_share_max:.0%}"
+            parts.append(
+                part + (f" ({behind:.0%} behind other processes)" if behind is not None else "")
+            )
         if st is not None and st.spread > 0.25:
             parts.append(f"{who}'s step varied {st.spread:.0%}")
     return "; ".join(parts) or None

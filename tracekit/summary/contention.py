@@ -100,6 +100,14 @@ class Contention(Record):
             "overlaps compute with a core to spare ran in turn with it"
         ),
     ] = []
+    cpu_wait_outside_share_max: Annotated[
+        float | None,
+        M(
+            "the largest `per_rank[].cpu_wait_outside_share`: the most a rank's steps waited "
+            "behind other processes, the share that decides `inflated`; null in runs from before "
+            "it was recorded"
+        ),
+    ] = None
 
 
 class Steps(Record):
