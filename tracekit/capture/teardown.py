@@ -43,25 +43,19 @@ def leave_process_group() -> None:
     gc.collect()  # a group still referenced from a cycle is freed now, not during finalisation
 
 
-def _unpin_destroyed_groups() -> int:
+def _unpin_destroyed_groups() -> None:
     """Replace, in ``torch.distributed.nn.functional``'s default arguments, every process group
-    that is no longer registered by ``None``; the count replaced."""
+    that is no longer registered by ``None``."""
     module = sys.modules.get("torch.distributed.nn.functional")
     if module is None or not dist.is_available():
-        return 0
+        return
     live = dist.distributed_c10d._world.pg_map  # the groups still registered
-    replaced = 0
     for fn in vars(module).values():
         defaults = getattr(fn, "__defaults__", None)
-        if getattr(fn, "__module__", None) != module.__name__ or not defaults:
-            continue
-        kept = tuple(
-            None if isinstance(d, dist.ProcessGroup) and d not in live else d for d in defaults
-        )
-        if kept != defaults:
-            fn.__defaults__ = kept
-            replaced += sum(a is not b for a, b in zip(kept, defaults))
-    return replaced
+        if getattr(fn, "__module__", None) == module.__name__ and defaults:
+            fn.__defaults__ = tuple(
+                None if isinstance(d, dist.ProcessGroup) and d not in live else d for d in defaults
+            )
 
 
 def leave_process_group_at_exit() -> None:
