@@ -70,7 +70,7 @@ def test_the_terminal_shows_progress_not_rank_noise(demo):
     progress = [l for l in proc.stderr.splitlines() if l.startswith("run ")]
     # each line ends with how far its timings hold: CPU waiting and step spread (#27)
     trust = (
-        r" \(waited for a CPU up to \d+% of its steps, \d+% behind other processes;"
+        r" \(waited for a CPU up to \d+% of their steps, \d+% behind other processes;"
         r" step [\d.e-]+ s, spread \d+%\)"
     )
     assert [re.sub(r" \.\.\. [\d.]+ s" + trust + "$", "", l) for l in progress] == [

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from tracekit.cli import tables
 from tracekit.cli.tables import comparison_table
+from tracekit.report import claims
 from tracekit.strategies import options, registry
 
 #: distribution name on PyPI (pyproject.toml [project] name); the import name is tracekit
@@ -172,11 +173,7 @@ def _trust(summary: Any) -> str:
     parts = []
     c = summary.contention
     if c is not None and c.cpu_wait_share_max is not None:
-        behind = c.cpu_wait_outside_share_max
-        part = f"waited for a CPU up to {c.cpu_wait_share_max:.0%} of its steps"
-        parts.append(
-            part + (f", {behind:.0%} behind other processes" if behind is not None else "")
-        )
+        parts.append(claims.cpu_wait_words(c))
     if summary.steps is not None:
         parts.append(f"step {summary.steps.median_s:.3g} s, spread {summary.steps.spread:.0%}")
     return f" ({'; '.join(parts)})" if parts else ""

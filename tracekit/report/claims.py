@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracekit.summary import Summary
+from tracekit.summary.contention import Contention
 
 HOLDS, FAILS, NOISE = "holds", "does not hold", "within noise"
 
@@ -64,17 +65,21 @@ def _runs(analyses: Sequence[Any]) -> dict[str, _Run]:
     return out
 
 
+def cpu_wait_words(c: Contention) -> str:
+    """How long a run's ranks waited for a CPU, in words (the demo line and the claims)."""
+    assert c.cpu_wait_share_max is not None
+    words = f"waited for a CPU up to {c.cpu_wait_share_max:.0%} of their steps"
+    behind = c.cpu_wait_outside_share_max
+    return words + (f", {behind:.0%} behind other processes" if behind is not None else "")
+
+
 def _contended(*runs: _Run) -> str | None:
     """The measured reason timings may be off: CPU waiting, step spread."""
     parts = []
     for r in runs:
         c, st, who = r.summary.contention, r.summary.steps, r.label
         if c is not None and c.cpu_wait_share_max is not None and c.inflated:
-            behind = c.cpu_wait_outside_share_max
-            part = f"{who}'s ranks waited for a CPU up to {c.cpu_wait_share_max:.0%}"
-            parts.append(
-                part + (f" ({behind:.0%} behind other processes)" if behind is not None else "")
-            )
+            parts.append(f"{who}'s ranks {cpu_wait_words(c)}")
         if st is not None and st.spread > 0.25:
             parts.append(f"{who}'s step varied {st.spread:.0%}")
     return "; ".join(parts) or None
