@@ -53,14 +53,24 @@ def _is_local(module: str, source: Path, root: Path) -> bool:
     )
 
 
+def _ours(folder: Path, pattern: str) -> list[Path]:
+    """The files of ``folder`` matching ``pattern``, less any virtual environment inside it (a
+    folder with ``pyvenv.cfg``: benchmarks/setup_hta_venv.sh makes benchmarks/.venv) and vendored
+    code: what the repository wrote, not what pip did."""
+    venvs = [v.parent for v in folder.rglob("pyvenv.cfg")]
+    return [
+        p
+        for p in sorted(folder.rglob(pattern))
+        if "vendor" not in p.parts and not any(v in p.parents for v in venvs)
+    ]
+
+
 @functools.cache
 def third_party_imports(root: Path = ROOT) -> dict[str, set[str]]:
     """Top-level module -> files importing it, for every module that is not stdlib nor ours."""
     found: dict[str, set[str]] = {}
     for folder in FOLDERS:
-        for path in sorted((root / folder).rglob("*.py")):
-            if "vendor" in path.parts:
-                continue
+        for path in _ours(root / folder, "*.py"):
             tree = ast.parse(path.read_bytes(), filename=str(path))
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
@@ -141,7 +151,7 @@ def test_no_file_reads_outside_the_repository() -> None:
     outside = re.compile(re.escape("..") + "/shared|DESIGN" + r"\.md")
     hits = []
     for folder in (*FOLDERS, "docs"):
-        for path in sorted((ROOT / folder).rglob("*")):
+        for path in _ours(ROOT / folder, "*"):
             if path.suffix not in (".py", ".md", ".sh", ".toml", ".txt") or not path.is_file():
                 continue
             for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):

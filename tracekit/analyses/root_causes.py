@@ -7,12 +7,14 @@ its *excess* per state (compute, transfer, waiting, other, idle; compute split b
 
     excess_s = max(0, time of d in state s since that point - time of w likewise)
 
-The wait's cost is charged in proportion to the excess: the part on d's own work (compute by
-op, transfer, other, idle) is a *direct* cost of d; the part on d's own waiting is
-*propagated*: d was late because it waited on a third rank, so that share follows the causes
-of those waits (computed first: calls in order of their last arrival), to the original cause.
-A wait with no excess (d did the same work, only later) is charged to d as ``late start``.
-Every wait's cost is charged once: the costs over the causes sum to the total wait.
+The wait's cost is charged in proportion to the excess, up to the excess itself: the part on
+d's own work (compute by op, transfer, other, idle) is a *direct* cost of d; the part on d's own
+waiting is *propagated*: d was late because it waited on a third rank, so that share follows the
+causes of those waits (computed first: calls in order of their last arrival), to the original
+cause. Since d's lateness is ``(d_from - w_from) + (d's time - w's time)``, a wait longer than the
+excess is the rest begun later: that rest, and a wait with no excess at all (the same work, only
+later, e.g. profilers started apart), is charged to d as ``late start``. A 17 us op never carries
+a 190 ms wait. Every wait's cost is charged once: the costs over the causes sum to the total wait.
 """
 
 from __future__ import annotations
@@ -261,20 +263,21 @@ def root_causes(
         ex = {s: float(excess[s][i]) for s in STATES}
         total = sum(ex.values())
         vec: dict[Key, float] = defaultdict(float)
-        if total <= 0:
-            vec[(d, "late start", "state", None)] += w_ns
-            direct, prop = w_ns, 0.0
-        else:
-            prop = w_ns * ex["waiting"] / total
-            direct = w_ns - prop
+        # what the excess explains; the rest of the wait is d having begun later
+        explained = min(float(w_ns), total)
+        if w_ns > explained:
+            vec[(d, "late start", "state", None)] += w_ns - explained
+        prop = explained * ex["waiting"] / total if total > 0 else 0.0
+        direct = w_ns - prop
+        if total > 0:
             for s in ("transfer", "other", "idle"):
                 if ex[s] > 0:
-                    vec[(d, s, "state", None)] += w_ns * ex[s] / total
+                    vec[(d, s, "state", None)] += explained * ex[s] / total
             if ex["compute"] > 0:
-                part = w_ns * ex["compute"] / total
+                part = explained * ex["compute"] / total
                 _charge_ops(vec, d, part, row, ops)
-            if prop > 0:
-                _propagate(vec, prop, d, row, rows, vectors, by_waiter)
+        if prop > 0:
+            _propagate(vec, prop, d, row, rows, vectors, by_waiter)
         vectors.append(vec)
         by_waiter[row["waiter"]].append(i)
         direct_col.append(int(direct))

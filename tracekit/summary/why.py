@@ -111,7 +111,8 @@ class Cause(Record):
         M(
             "an op name (its compute in excess of the waiting peer's), or a state: `transfer`, "
             "`other`, `idle`, `compute` (no op named), `waiting` (a wait whose cause is not "
-            "traced), `late start` (no excess: the same work, begun later)"
+            "traced), `late start` (what the cause's excess does not explain: the same work, begun "
+            "later)"
         ),
     ]
     kind: Annotated[str, M("`op` or `state`")]
