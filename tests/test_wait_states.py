@@ -106,3 +106,44 @@ def test_a_single_rank_trace_has_a_path_and_no_cross_rank_waits(tmp_path: Path) 
     assert why.critical_path.note == "one rank: no cross-rank waits"
     assert why.wait_states.wait_s == 0 and why.top_cause is None
     assert why.diagnosis[0] == "one rank: no cross-rank waits"
+
+
+def _ints(*pairs: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        np.array([a for a, _ in pairs], np.int64),
+        np.array([b for _, b in pairs], np.int64),
+    )
+
+
+def test_a_wait_beyond_its_causes_excess_is_late_start_not_its_ops() -> None:
+    """Rank 1's window starts 100 ns after rank 0's (its profiler started later), then it computes
+    15 ns (aten::mm) where rank 0 computed 5 and waited 110 on it. The arrival gap, 110, is the
+    late start (100) plus the excess (10): the op carries 10, never the whole wait."""
+    from tracekit.analyses import root_causes as rc
+
+    waits = pl.DataFrame(
+        {
+            "call_id": [0, 0],
+            "rank": [0, 1],
+            "start_ns": [5, 115],
+            "done_ns": [120, 120],
+            "last_rank": [1, 1],
+            "last_arrival_ns": [115, 115],
+            "wait_ns": [110, 0],
+        }
+    )
+    none = _ints()
+    sets = {
+        0: {"compute": _ints((0, 5)), "comm": _ints((5, 120)), "waiting": _ints((5, 115)),
+            "other": none, "idle": none},
+        1: {"compute": _ints((100, 115)), "comm": _ints((115, 120)), "waiting": none,
+            "other": none, "idle": none},
+    }  # fmt: skip
+    ops = {
+        0: rc.Ops(["aten::mm"], np.array([0]), np.array([0]), np.array([5]), [None]),
+        1: rc.Ops(["aten::mm"], np.array([0]), np.array([100]), np.array([115]), [None]),
+    }
+    causes, inst = rc.root_causes(waits, sets, ops, {0: 0, 1: 100})
+    got = {(r, what): ns for r, what, _, _, ns in causes.iter_rows()}
+    assert got == {(1, "late start"): 100, (1, "aten::mm"): 10}
+    assert inst["wait_ns"].sum() == sum(got.values())  # every wait charged once
