@@ -3,7 +3,9 @@ every step (tracekit.capture.contention) and writes contention/rank<R>.json when
 
 Pinning: when the machine has at least as many usable cores as local ranks, each rank is pinned
 to its own share of them (os.sched_setaffinity), so ranks stop taking each other's CPU; set
-TRACEKIT_PIN=0 to leave the scheduler free. What was done is recorded in the rank's file."""
+TRACEKIT_PIN=0 to leave the scheduler free. What was done is recorded in the rank's file, with
+the co-run probe's figures (tracekit.capture.corun: how much the rank's compute slows while the
+others compute, measured on its cores before the first step)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tracekit.capture import contention
+from tracekit.capture import contention, corun
 
 
 class _Meter:
@@ -39,6 +41,7 @@ def attach(ctx: Any) -> None:
     pinned = None
     if os.environ.get("TRACEKIT_PIN", "1") != "0":
         pinned = contention.pin_cores(ctx.local_rank, local_ranks)
+    corun_figures = corun.measure(ctx.meta_group, ctx.device)  # on the cores just pinned
     meter = _Meter()
     ctx.meter_steps(meter)
 
@@ -49,6 +52,7 @@ def attach(ctx: Any) -> None:
             local_ranks=local_ranks,
             pinned=pinned,
             machine=before,
+            corun=corun_figures,
             loadavg_after=contention.machine()["loadavg"],
         )
         contention.write_contention(ctx.run, ctx.rank, data)

@@ -110,3 +110,34 @@ def test_compare_ranks_runs_only_outside_their_noise() -> None:
     _, head, table = compare_table([("a", s), ("far", slower(far))])
     assert table[1][head.index("vs fastest")] == f"+{far - 1:.0%}"
     assert table[0][head.index("waited for a CPU")] == "–"  # the sample has no contention files
+
+
+def test_the_corun_slowdown_comes_from_the_files_and_warns_above_its_bound(tmp_path: Path) -> None:
+    """The co-run probe's figure per rank (tracekit.capture.corun), its maximum, the warning that
+    names the slowed ranks, the table's column and the what-if's caveat; out-of-range values are
+    unknown, never a figure."""
+    from tracekit import prediction
+
+    a, b = _file([0.2, 0.2], [0, 0]), _file([0.2, 0.2], [0, 0])
+    a["corun"], b["corun"] = {"slowdown": 1.9}, {"slowdown": 1.05}
+    s = analyze(_run_with(tmp_path / "slow", {0: a, 1: b})).summary
+    assert s.contention is not None
+    assert [r.corun_slowdown for r in s.contention.per_rank] == [1.9, 1.05]
+    assert s.contention.corun_slowdown_max == 1.9
+    (line,) = [w for w in s.warnings if w.startswith("contention (co-run): ")]
+    assert "rank(s) 0 (1.9x)" in line and "1 (" not in line
+    assert "1.9x" in (prediction.corun_caveat(s.contention.corun_slowdown_max) or "")
+    from tracekit.report.tables import contention_table
+
+    _, head, rows = contention_table(s)
+    assert [r[head.index("co-run slowdown")] for r in rows] == ["1.90x", "1.05x"]
+    b["corun"] = {"slowdown": 1.2}
+    a["corun"] = {"slowdown": 1.1}
+    calm = analyze(_run_with(tmp_path / "calm", {0: a, 1: b})).summary
+    assert not [w for w in calm.warnings if "co-run" in w]
+    assert prediction.corun_caveat(calm.contention.corun_slowdown_max) is None
+    for bad in (0, -1.5, "2", True, None, 1e9):
+        a["corun"] = {"slowdown": bad}
+        odd = analyze(_run_with(tmp_path / f"bad{bad}", {0: a})).summary
+        assert odd.contention.per_rank[0].corun_slowdown is None, bad
+        assert odd.contention.corun_slowdown_max is None

@@ -68,10 +68,11 @@ def test_the_terminal_shows_progress_not_rank_noise(demo):
     assert not NOISE.search(terminal), terminal
     assert "[default" not in terminal and "nan" not in terminal.lower()
     progress = [l for l in proc.stderr.splitlines() if l.startswith("run ")]
-    # each line ends with how far its timings hold: CPU waiting and step spread (#27)
+    # each line ends with how far its timings hold: CPU waiting, the co-run probe and step
+    # spread (#27, #28)
     trust = (
         r" \(waited for a CPU up to \d+% of their steps, \d+% behind other processes;"
-        r" step [\d.e-]+ s, spread \d+%\)"
+        r" compute [\d.]+x as slow beside other ranks; step [\d.e-]+ s, spread \d+%\)"
     )
     assert [re.sub(r" \.\.\. [\d.]+ s" + trust + "$", "", l) for l in progress] == [
         "run 1/4 dp",

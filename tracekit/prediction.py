@@ -112,6 +112,7 @@ class Model:
     one_node_ranks: int | None = None
     why: Any = None  # summary.json why (the straggler what-if's top cause and its numbers)
     work_s: dict[int, float] | None = None  # per rank: work per profiled step (straggler_replay)
+    corun_slowdown: float | None = None  # summary.json contention.corun_slowdown_max
 
     def replay(self, net: model.Network) -> model.Replay:
         return model.replay(self.programs, self.calls, net, self.run_inter_bits)
@@ -176,6 +177,7 @@ def build(analysis: Any) -> Model:
         one_node_ranks=None if any(c.nic for c in calls.values()) else len(s.ranks),
         why=getattr(s, "why", None),
         work_s=_work_per_step(s),
+        corun_slowdown=s.contention.corun_slowdown_max if s.contention else None,
     )
 
 
@@ -227,6 +229,7 @@ def straggler_block(
         "without_straggler": None,
         "rank_speeds": None,
         "curve": None,
+        "caveat": corun_caveat(m.corun_slowdown),
     }
     if without_straggler:
         top = getattr(m.why, "top_cause", None)
@@ -252,6 +255,20 @@ def straggler_block(
             ]
             out["curve"] = {"rank": r, "points": points}
     return out
+
+
+def corun_caveat(slowdown: float | None) -> str | None:
+    """What the what-if cannot know where the run's ranks slowed each other's compute (the
+    co-run probe, tracekit.capture.corun); None where they did not, or it is unknown."""
+    from tracekit.summary.contention import CORUN_SLOW
+
+    if slowdown is None or slowdown <= CORUN_SLOW:
+        return None
+    return (
+        f"the run's ranks computed up to {slowdown:.2g}x slower beside each other than alone "
+        "(the co-run probe): the what-if keeps the other ranks' work as slowed beside the rank "
+        "it speeds up, so it overstates the step it predicts"
+    )
 
 
 def one_node_warning(ranks: int) -> str:

@@ -6,7 +6,10 @@ waited for a CPU behind other processes more than INFLATED_SHARE of its steps ge
 names it, the share and what it inflates. Waiting behind the rank's own threads (a rank pinned
 to one core runs its gloo thread in turn with the step: measured 2-22 % on an idle machine, 2
 ranks on 2 cores) is a milder, separate line: the rank's own work, serialised. ``steps`` is the
-job's step time over the complete steps and its spread.
+job's step time over the complete steps and its spread. A co-run slowdown above CORUN_SLOW
+(tracekit.capture.corun: ranks computing at once each ran that much slower, waiting or not) is
+a third line: every compute time that ran beside another rank's is inflated, and a what-if that
+removes one rank's work keeps the others' inflated work.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ import polars as pl
 
 from tracekit.analyses.section import SectionInput, SectionResult
 from tracekit.ingest.contention_record import ContentionCounts
-from tracekit.summary.contention import INFLATED_SHARE, Contention, ContentionRank, Steps
+from tracekit.summary.contention import (
+    CORUN_SLOW,
+    INFLATED_SHARE,
+    Contention,
+    ContentionRank,
+    Steps,
+)
 
 #: a step-time spread above this share of the median is said in a warning
 NOISY_SPREAD = 0.25
@@ -44,6 +53,7 @@ def _rank(rank: int, c: ContentionCounts) -> ContentionRank:
         usable_cores=c.usable_cores,
         pinned=c.pinned,
         threads=c.threads,
+        corun_slowdown=c.corun_slowdown,
     )
 
 
@@ -63,12 +73,14 @@ def contention(inp: SectionInput) -> SectionResult[Contention]:
     inflated = [r for r in rows if (_outside(r) or 0) > INFLATED_SHARE]
     own = [r for r in rows if r not in inflated and (r.cpu_wait_share or 0) > INFLATED_SHARE]
     outside = [r.cpu_wait_outside_share for r in rows if r.cpu_wait_outside_share is not None]
+    corun = [r.corun_slowdown for r in rows if r.corun_slowdown is not None]
     value = Contention(
         ranks=len(rows),
         machine_cores=_most([c.machine_cores for c in counts.values()]),
         local_ranks=_most([c.local_ranks for c in counts.values()]),
         cpu_wait_share_max=max(shares) if shares else None,
         cpu_wait_outside_share_max=max(outside) if outside else None,
+        corun_slowdown_max=max(corun) if corun else None,
         inflated=[r.rank for r in inflated],
         own_threads=[r.rank for r in own],
         unavailable=next((c.unavailable for c in counts.values() if c.unavailable), None),
@@ -77,7 +89,21 @@ def contention(inp: SectionInput) -> SectionResult[Contention]:
     warnings = [_warning(value, inflated)] if inflated else []
     if own:
         warnings.append(_own_note(own))
+    if value.corun_slowdown_max is not None and value.corun_slowdown_max > CORUN_SLOW:
+        warnings.append(_corun_warning(rows))
     return SectionResult(value, warnings=warnings)
+
+
+def _corun_warning(rows: list[ContentionRank]) -> str:
+    slow = [r for r in rows if (r.corun_slowdown or 0) > CORUN_SLOW]
+    who = ", ".join(f"{r.rank} ({r.corun_slowdown:.2g}x)" for r in slow)
+    return (
+        f"contention (co-run): rank(s) {who} computed that much slower while the other ranks "
+        "computed than alone (the probe before the first step; the ranks share CPUs or a core's "
+        "units): compute that ran beside other ranks' compute is inflated by up to that factor, "
+        "and a what-if that removes one rank's work (predict --without-straggler) keeps the "
+        "others' work as slowed; rerun with fewer ranks or more cores"
+    )
 
 
 def _outside(r: ContentionRank) -> float | None:

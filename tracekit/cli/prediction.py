@@ -95,6 +95,8 @@ def straggler_lines(block: dict[str, Any], name: str) -> list[str]:
         )
     elif wo is not None:
         lines.append(f"{name}: --without-straggler: {wo['note']}")
+    if block.get("caveat"):
+        lines.append(f"{name}: caveat: {block['caveat']}")
     rs = block.get("rank_speeds")
     if rs is not None:
         at = ", ".join(f"rank {x['rank']} x{x['speed']:g}" for x in rs["speeds"])

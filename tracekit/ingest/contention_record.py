@@ -61,6 +61,9 @@ class ContentionCounts:
     """CPUs the machine offered the job (before pinning)."""
     unavailable: str | None
     """Why the platform could not give a figure; None when all were read."""
+    corun_slowdown: float | None = None
+    """The co-run probe's together / alone time per matmul (tracekit.capture.corun); None in
+    files from before it, one-rank and GPU runs."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ContentionCounts:
@@ -77,6 +80,8 @@ class ContentionCounts:
         machine = _mapping(data.get("machine"))
         pinned = data.get("pinned")
         why = data.get("unavailable")
+        corun = _mapping(data.get("corun"))
+        slowdown = _seconds(corun.get("slowdown"))
         return cls(
             wall_s=_seconds(total.get("wall_s")),
             cpu_wait_s=_seconds(total.get("cpu_wait_s")),
@@ -92,4 +97,6 @@ class ContentionCounts:
             local_ranks=_count(data.get("local_ranks")),
             machine_cores=_count(machine.get("cores")),
             unavailable=why[:200] if isinstance(why, str) else None,
+            # a ratio of two positive times: 0 or above a thousand is no measurement
+            corun_slowdown=slowdown if slowdown is not None and 0 < slowdown < 1e3 else None,
         )

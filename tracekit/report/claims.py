@@ -70,7 +70,9 @@ def cpu_wait_words(c: Contention) -> str:
     assert c.cpu_wait_share_max is not None
     words = f"waited for a CPU up to {c.cpu_wait_share_max:.0%} of their steps"
     behind = c.cpu_wait_outside_share_max
-    return words + (f", {behind:.0%} behind other processes" if behind is not None else "")
+    words += f", {behind:.0%} behind other processes" if behind is not None else ""
+    slow = c.corun_slowdown_max
+    return words + (f"; compute {slow:.2f}x as slow beside other ranks" if slow else "")
 
 
 def _contended(*runs: _Run) -> str | None:

@@ -332,6 +332,7 @@ def contention_table(summary: Summary) -> Table | None:
             UNKNOWN if r.cpu_per_wall is None else f"{r.cpu_per_wall:.2f}",
             UNKNOWN if r.involuntary_switches is None else str(r.involuntary_switches),
             UNKNOWN if r.pinned is None else ("yes" if r.pinned else "no"),
+            UNKNOWN if r.corun_slowdown is None else f"{r.corun_slowdown:.2f}x",
         ]
         for r in c.per_rank
     ]
@@ -354,6 +355,7 @@ def contention_table(summary: Summary) -> Table | None:
             "CPU/wall",
             "switches",
             "pinned",
+            "co-run slowdown",
         ],
         rows,
     )

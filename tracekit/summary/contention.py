@@ -16,6 +16,9 @@ from tracekit.summary.base import M, Record
 
 #: a rank whose step thread waited for a CPU more than this share of its steps is "inflated"
 INFLATED_SHARE = 0.10
+#: a co-run slowdown above this says ranks slow each other's compute (the probe's noise on an
+#: idle machine, 2 ranks pinned to 2 cores: 0.96-1.02)
+CORUN_SLOW = 1.25
 
 
 class ContentionRank(Record):
@@ -68,6 +71,15 @@ class ContentionRank(Record):
         float | None,
         M("CPU time of the rank's threads other than the step's over the steps, seconds"),
     ] = None
+    corun_slowdown: Annotated[
+        float | None,
+        M(
+            "the co-run probe, before the first step (tracekit.capture.corun): the rank's time "
+            "per matmul while every rank ran it, over its time while the others waited (1: ranks "
+            "do not slow each other's compute; 2: computing at once, each ran at half speed); "
+            "null for one rank, GPU runs and runs from before it"
+        ),
+    ] = None
 
 
 class Contention(Record):
@@ -106,6 +118,14 @@ class Contention(Record):
             "the largest `per_rank[].cpu_wait_outside_share`: the most a rank's steps waited "
             "behind other processes, the share that decides `inflated`; null in runs from before "
             "it was recorded"
+        ),
+    ] = None
+    corun_slowdown_max: Annotated[
+        float | None,
+        M(
+            f"the largest `per_rank[].corun_slowdown`; above {CORUN_SLOW:g} a warning says that "
+            "compute beside other ranks' compute is inflated by up to that factor; null when "
+            "none is known"
         ),
     ] = None
 
