@@ -25,9 +25,10 @@ def test_ranks_sharing_one_cpu_compute_about_half_as_fast_beside_each_other(
 ) -> None:
     for fig in _probe(tmp_path, 2, "shared"):
         assert fig is not None and fig["ranks"] == 2
-        # one CPU between two busy ranks: about 2x; a scheduler's slice is far below the window
-        assert 1.6 <= fig["slowdown"] <= 2.6, fig
-        assert fig["together_s"] > 1.5 * fig["alone_s"], fig
+        # one CPU between two busy ranks: about 2x (measured 1.64-2.17: the ranks' windows start
+        # apart by their barrier exits); ranks on their own CPUs of an idle machine: 0.94-1.06
+        assert 1.4 <= fig["slowdown"] <= 2.6, fig
+        assert fig["together_s"] > 1.3 * fig["alone_s"], fig
 
 
 def test_one_rank_has_no_corun_figure(tmp_path: Path) -> None:

@@ -34,8 +34,8 @@ import torch.distributed as dist
 #: the probe: float32 matmuls of N x N by N x 2N (about 1 ms each on one thread here), as many
 #: as fit in WINDOW_S, on the rank's own threads
 N = 256
-WINDOW_S = 0.08
-ROUNDS = 2
+WINDOW_S = 0.04
+ROUNDS = 5
 
 
 def _probe(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -4,11 +4,18 @@
 :class:`Straggler` on rank RANK (the run side's harness). Every strategy runs its forward and
 backward inside :func:`tracekit.capture.region` (labels ``forward``/``backward``, and a
 pipeline's ``F``/``B``/``W`` per microbatch), so that is the one place the extra goes: when such
-a phase ends on the straggler, it runs real extra work (matmuls on a private tensor: ``aten::mm``
-and ``aten::tanh`` CPU ops, or kernels on a GPU) for (FACTOR - 1) x the phase's own compute
-time, still inside the phase's label, so the why analysis sees compute (not sleep) and charges
-the waits it causes to that phase. The phase's compute time is its wall time less the
-communication regions (``comm:...`` labels) nested in it: waiting on a peer is not compute.
+a phase ends on the straggler, and before each communication region (``comm:...`` label) opens
+inside one, it runs real extra work (matmuls on a private tensor: ``aten::mm`` and ``aten::tanh``
+CPU ops, or kernels on a GPU) for (FACTOR - 1) x the compute time since the last such point,
+still inside the phase's label, so the why analysis sees compute (not sleep) and charges the
+waits it causes to that phase. Compute time is wall time less the communication regions
+nested in the phase: waiting on a peer is not compute.
+
+Paying before each communication region, not only at the phase's end, is what a slower device
+does: a bucket's all-reduce launched inside backward (dp), or an all-gather inside forward
+(fsdp), starts FACTOR x later. Paid at the end alone, dp's backward extra ran after its last
+bucket was launched, beside the all-reduces in flight, and half of it hid behind them: the waits
+charged were 46 % below the injected time (benchmarks/straggler_validation.py, 2026-12-07).
 
 What was injected is timed on the rank, per step, and goes into run.json ``straggler``
 (the run side's harness, when it finishes): the ground truth the analysis is checked against.
@@ -52,7 +59,9 @@ class Straggler:
     step: int = -1
     injected: dict[int, float] = field(default_factory=dict)
     _depth: int = 0  # compute phases open (only the outermost one injects)
-    _excluded: float = 0.0  # seconds of comm regions inside the open phase
+    _comm_depth: int = 0  # comm regions open inside it (only the outermost one is timed)
+    _mark: float = 0.0  # when the compute now owed its extra began
+    _excluded: float = 0.0  # seconds of comm regions since _mark
     _work: torch.Tensor | None = None
 
     def _sync(self) -> None:
@@ -71,16 +80,30 @@ class Straggler:
             self._sync()
         return time.perf_counter() - t0
 
+    def _pay(self) -> None:
+        """The extra for the compute since the last payment (its comm regions left out)."""
+        self._sync()
+        compute = max(0.0, time.perf_counter() - self._mark - self._excluded)
+        took = self.extra((self.factor - 1.0) * compute)
+        self.injected[self.step] = self.injected.get(self.step, 0.0) + took
+        self._mark, self._excluded = time.perf_counter(), 0.0
+
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Around a region: a compute phase gets its extra at its end; a comm region inside one
-        is left out of the phase's compute time."""
+        """Around a region: a compute phase pays its extra at its end and before each comm region
+        inside it; the comm region itself is left out of the compute time."""
         if _is_comm(name) and self._depth:
+            outer_comm = self._comm_depth == 0
+            if outer_comm:
+                self._pay()  # the compute this communication waits for, slowed before it starts
             t0 = time.perf_counter()
+            self._comm_depth += 1
             try:
                 yield
             finally:
-                self._excluded += time.perf_counter() - t0
+                self._comm_depth -= 1
+                if outer_comm:
+                    self._excluded += time.perf_counter() - t0
             return
         if not is_compute(name):
             yield
@@ -88,19 +111,14 @@ class Straggler:
         outer = self._depth == 0
         if outer:
             self._sync()
-            self._excluded = 0.0
-        t0 = time.perf_counter()
+            self._mark, self._excluded = time.perf_counter(), 0.0
         self._depth += 1
         try:
             yield
-            if outer:
-                self._sync()
         finally:
             self._depth -= 1
         if outer:  # not on an exception: a failing phase is left as it failed
-            compute = max(0.0, time.perf_counter() - t0 - self._excluded)
-            took = self.extra((self.factor - 1.0) * compute)
-            self.injected[self.step] = self.injected.get(self.step, 0.0) + took
+            self._pay()
 
 
 _ACTIVE: Straggler | None = None

@@ -17,7 +17,7 @@ from tracekit.summary.base import M, Record
 #: a rank whose step thread waited for a CPU more than this share of its steps is "inflated"
 INFLATED_SHARE = 0.10
 #: a co-run slowdown above this says ranks slow each other's compute (the probe's noise on an
-#: idle machine, 2 ranks pinned to 2 cores: 0.96-1.02)
+#: idle machine, 2 ranks pinned to 2 cores: 0.94-1.06)
 CORUN_SLOW = 1.25
 
 
