@@ -78,3 +78,25 @@ def test_extra_is_compute_in_the_phase(planted: straggler.Straggler) -> None:
     # the extra's matmuls lie inside "forward" (the phase's own 40 and at least as many more)
     assert len(inside) > 40
     assert opt.time_range.end - opt.time_range.start < (fwd.time_range.end - fwd.time_range.start)
+
+
+def test_the_extra_is_paid_before_the_communication_it_delays(
+    planted: straggler.Straggler,
+) -> None:
+    """A bucket launched inside backward starts FACTOR x later, as on a slower device: the
+    extra for the compute before a comm region runs before that region opens, not after it
+    (paid at the phase's end only, dp's extra hid behind its all-reduces in flight)."""
+    planted.step = 1
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with region("backward"):
+            _work(30)
+            with region("comm:all_reduce:bucket0"):
+                time.sleep(0.05)
+    events = prof.events()
+    comm = next(e for e in events if e.name == "comm:all_reduce:bucket0")
+    mms = [e for e in events if e.name == "aten::mm"]
+    before = [e for e in mms if e.time_range.end <= comm.time_range.start]
+    after = [e for e in mms if e.time_range.start >= comm.time_range.end]
+    # the phase's own 30 and its extra (1.5 x their time) before the comm; nothing owed after
+    assert len(before) > 30 + 10, (len(before), len(after))
+    assert len(after) <= 2, len(after)

@@ -88,14 +88,19 @@ class Straggler:
         self.injected[self.step] = self.injected.get(self.step, 0.0) + took
         self._mark, self._excluded = time.perf_counter(), 0.0
 
+    def before(self, name: str) -> None:
+        """Before a region's label opens: a comm region inside a compute phase first pays the
+        compute it waits for (so the extra lies before its label, in the phase's)."""
+        if _is_comm(name) and self._depth and self._comm_depth == 0:
+            self._pay()
+
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Around a region: a compute phase pays its extra at its end and before each comm region
-        inside it; the comm region itself is left out of the compute time."""
+        """Inside a region's label: a compute phase pays its extra at its end (and, through
+        :meth:`before`, before each comm region inside it); the comm region itself is left out
+        of the compute time."""
         if _is_comm(name) and self._depth:
             outer_comm = self._comm_depth == 0
-            if outer_comm:
-                self._pay()  # the compute this communication waits for, slowed before it starts
             t0 = time.perf_counter()
             self._comm_depth += 1
             try:

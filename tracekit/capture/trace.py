@@ -37,6 +37,8 @@ def region(name: str) -> Iterator[None]:
     (``--straggler``) this is where its extra compute goes, inside the same span
     (tracekit.capture.straggler)."""
     slow = straggler.active()
+    if slow is not None:
+        slow.before(name)
     with torch.profiler.record_function(name):
         if slow is None:
             yield
