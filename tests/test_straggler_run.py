@@ -97,6 +97,8 @@ def test_the_extra_is_paid_before_the_communication_it_delays(
     mms = [e for e in events if e.name == "aten::mm"]
     before = [e for e in mms if e.time_range.end <= comm.time_range.start]
     after = [e for e in mms if e.time_range.start >= comm.time_range.end]
-    # the phase's own 30 and its extra (1.5 x their time) before the comm; nothing owed after
+    # the phase's own 30 and its extra (1.5 x their time) before the comm; after it only the
+    # crumbs owed for the moments between the comm's end and the phase's (a few 128 x 128
+    # matmuls; paid at the phase's end alone: 115 after, 30 before)
     assert len(before) > 30 + 10, (len(before), len(after))
-    assert len(after) <= 2, len(after)
+    assert len(after) < 0.1 * len(before), (len(before), len(after))
