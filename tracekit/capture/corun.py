@@ -4,9 +4,11 @@ A rank can run slower beside its peers without ever waiting for a CPU: CPUs that
 execution units (SMT siblings, or a hypervisor's vCPUs backed by one core) split its throughput.
 Linux schedstat sees nothing (the thread is on a CPU all along), so the contention meter reports
 an idle machine, yet every compute time that ran beside another rank's compute is inflated.
-Measured on this project's 2-vCPU machine (benchmarks/corun.py): a single-thread matmul ran
-2.2x slower while the other vCPU ran anything, even a pure-Python loop, and two Python loops did
-not slow each other at all.
+Ranks that take turns on too few CPUs slow each other the same way, and the meter sees that
+one as waiting too. Measured on this project's 2-vCPU machine: 4 ranks on the 2 CPUs 1.7-2.2x;
+2 ranks pinned one to each CPU 0.94-1.06x in six runs, though a 40 s series of 150 ms probes
+(benchmarks/corun_series.py) shows the two vCPUs slowing each other for moments now and then
+(1.48, 1.61 and 1.85x among 110 pairs, the rest 0.76-1.26x): hence five rounds and the median.
 
 The probe runs on every rank of the job, on the cores the rank was given, before the first step:
 
