@@ -96,3 +96,24 @@ def test_the_comparison_report_lists_them(runs: dict, tmp_path: Path) -> None:
     assert "- 1F1B keeps fewer activations than GPipe: peak " in md
     page = write_report(chosen, tmp_path / "c.html", "html", names=["g", "f"]).read_text()
     assert '<ul class="claims">' in page and "1F1B keeps fewer activations" in page
+
+
+def test_a_corun_slowdown_is_a_measured_reason(runs: dict) -> None:
+    """A claim within noise names the co-run probe's figure when ranks slowed each other's
+    compute past the warning's bound (tracekit.capture.corun), and not below it."""
+    from tracekit.summary.contention import Contention
+
+    on = runs["zero3"]
+
+    def with_corun(prefetch: int, slowdown: float):
+        c = Contention(ranks=2, machine_cores=2, local_ranks=2, cpu_wait_share_max=0.05,
+                       inflated=[], unavailable=None, per_rank=[], corun_slowdown_max=slowdown)  # fmt: skip
+        s = msgspec.structs.replace(on.summary, contention=c)
+        config = {**on.run["config"], "strategy_options": {"prefetch": prefetch}}
+        return dataclasses.replace(on, summary=s, run={**on.run, "config": config})
+
+    what = "ZeRO-3 prefetch shortens the step"
+    slowed = {c.claim: c for c in claims([with_corun(0, 1.9), with_corun(1, 1.9)])}[what]
+    assert slowed.verdict == NOISE and "compute took 1.90x its time alone" in (slowed.why or "")
+    calm = {c.claim: c for c in claims([with_corun(0, 1.1), with_corun(1, 1.1)])}[what]
+    assert "compute took" not in (calm.why or "")

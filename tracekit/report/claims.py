@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracekit.summary import Summary
-from tracekit.summary.contention import Contention
+from tracekit.summary.contention import CORUN_SLOW, Contention
 
 HOLDS, FAILS, NOISE = "holds", "does not hold", "within noise"
 
@@ -72,7 +72,9 @@ def cpu_wait_words(c: Contention) -> str:
     behind = c.cpu_wait_outside_share_max
     words += f", {behind:.0%} behind other processes" if behind is not None else ""
     slow = c.corun_slowdown_max
-    return words + (f"; compute {slow:.2f}x as slow beside other ranks" if slow else "")
+    return words + (
+        f"; beside other ranks, compute took {slow:.2f}x its time alone" if slow else ""
+    )
 
 
 def _contended(*runs: _Run) -> str | None:
@@ -80,7 +82,8 @@ def _contended(*runs: _Run) -> str | None:
     parts = []
     for r in runs:
         c, st, who = r.summary.contention, r.summary.steps, r.label
-        if c is not None and c.cpu_wait_share_max is not None and c.inflated:
+        slowed = c is not None and (c.corun_slowdown_max or 0) > CORUN_SLOW
+        if c is not None and c.cpu_wait_share_max is not None and (c.inflated or slowed):
             parts.append(f"{who}'s ranks {cpu_wait_words(c)}")
         if st is not None and st.spread > 0.25:
             parts.append(f"{who}'s step varied {st.spread:.0%}")
