@@ -67,6 +67,11 @@ def sandbox(tmp_path: Path) -> Path:
         ("report RUN/traces --format json -o RUN/traces/r.json", "take this file for a trace"),
         # through a symlink to an input's folder: resolved first
         ("report RUN -o link/rank0.json.gz", "inside an input"),
+        # another run's records, though this command does not read that run (the harm oracle's
+        # draw: `report RUN -o RUN2/run.json` replaced RUN2's run.json)
+        ("report RUN -o other/run.json", "inside the records of run"),
+        ("report RUN --format md -o other/traces/notes.md", "inside the records of run"),
+        ("report RUN --format json -o other/contention/r.json", "inside the records of run"),
     ],
 )
 def test_an_output_on_or_inside_an_input_is_refused(sandbox: Path, args: str, needle: str):

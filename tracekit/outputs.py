@@ -23,7 +23,7 @@ import stat
 import time
 from pathlib import Path
 
-from tracekit import guarded_read
+from tracekit import guarded_read, runfolder
 from tracekit.errors import TracekitError
 
 #: leftovers older than this are swept even when their pid is alive (pids are reused)
@@ -54,6 +54,13 @@ def check_file_target(path: Path, option: str) -> None:
         raise TracekitError(
             f"is {what}, not a regular file: tracekit never replaces it; choose another place "
             f"with {option}",
+            path,
+        )
+    run = runfolder.run_record_of(path)
+    if run is not None:
+        raise TracekitError(
+            f"is inside the records of run {run}: tracekit never writes there; choose another "
+            f"place with {option}",
             path,
         )
     try:
