@@ -23,7 +23,7 @@ import stat
 import time
 from pathlib import Path
 
-from tracekit import guarded_read, runfolder
+from tracekit import guarded_read
 from tracekit.errors import TracekitError
 
 #: leftovers older than this are swept even when their pid is alive (pids are reused)
@@ -46,6 +46,24 @@ def kind_of(path: Path) -> str | None:
     return None if stat.S_ISREG(mode) else guarded_read.kind_of(mode)
 
 
+#: what a run wrote of itself (its run.json beside them): records no output may write over
+RECORD_FOLDERS = ("traces", "memory", "contention", "train", "nccl", "logs")
+
+
+def run_record_of(path: Path) -> Path | None:
+    """The run folder (one with a run.json; tracekit.runfolder's layout, which this lower layer
+    may not import) whose own records PATH is: its run.json, or inside one of its
+    RECORD_FOLDERS, looking up to three folders above; None otherwise. An output never lands
+    there, whether or not the command reads that run."""
+    path = Path(os.path.abspath(path))
+    for depth, folder in enumerate(list(path.parents)[:4]):
+        rel = path.relative_to(folder).parts
+        mine = rel == ("run.json",) or (depth > 0 and rel[0] in RECORD_FOLDERS)
+        if mine and (folder / "run.json").is_file():
+            return folder
+    return None
+
+
 def check_file_target(path: Path, option: str) -> None:
     """Refuse an output path that exists and is not a regular file, or is a read-only one (no
     write bit: its owner meant to keep it; root could replace it) (TracekitError)."""
@@ -56,7 +74,7 @@ def check_file_target(path: Path, option: str) -> None:
             f"with {option}",
             path,
         )
-    run = runfolder.run_record_of(path)
+    run = run_record_of(path)
     if run is not None:
         raise TracekitError(
             f"is inside the records of run {run}: tracekit never writes there; choose another "

@@ -69,22 +69,6 @@ def is_run_folder(path: Path) -> bool:
     return Path(path).is_dir() and run_json_path(path).is_file()
 
 
-#: what a run wrote of itself (run.json beside them): records no analysis may write over
-RECORD_FOLDERS = ("traces", "memory", "contention", "train", "nccl", "logs")
-
-
-def run_record_of(path: Path) -> Path | None:
-    """The run folder whose own records PATH is (its run.json, or inside one of its
-    RECORD_FOLDERS), looking up to three folders above; None otherwise. An output must never
-    land there, whether or not this command reads that run."""
-    path = Path(os.path.abspath(path))
-    for depth, folder in enumerate(list(path.parents)[:4]):
-        rel = path.relative_to(folder).parts
-        if is_run_folder(folder) and (rel == ("run.json",) or (depth and rel[0] in RECORD_FOLDERS)):
-            return folder
-    return None
-
-
 def rank_from_filename(name: str) -> int | None:
     """The rank in ``rank<N>``, ``rank-<N>`` or ``rank_<N>`` of a file name, else None."""
     found = _RANK_IN_NAME.findall(Path(name).name)
