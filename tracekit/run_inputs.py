@@ -11,14 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tracekit import runfolder
+from tracekit import outputs, runfolder
 from tracekit.errors import TracekitError
 
 #: what a command reads of a run folder (docs/run-folder.md): an output is never any of these,
 #: nor inside one (tracekit.ingest.load is their only reader)
 RUN_INPUTS = ("run.json", "traces", "memory", "nccl", "train", "logs", "contention")
 #: the same side folders of a foreign folder of traces (runfolder.find_trace_files skips them)
-_SIDE_FOLDERS = ("memory", "nccl", "train", "logs", "contention")
+# a run's records beside its traces (one list: tracekit.outputs, which refuses outputs there)
+_SIDE_FOLDERS = tuple(f for f in outputs.RECORD_FOLDERS if f != "traces")
 
 
 def inputs_of(path: Path, analysis: bool = False, traces_folder: bool = True) -> list[Path]:
