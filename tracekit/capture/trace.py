@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from tracekit import runfolder
-from tracekit.capture import straggler
+from tracekit.capture import straggler, teardown
 
 
 @contextmanager
@@ -110,13 +110,20 @@ def profile_steps(
     ``rank`` defaults to the process group rank (0 without one). ``device="cuda"`` adds CUDA
     activity. If the body raises, whatever was recorded is still written. ``events_parquet``
     (default: environment ``TRACEKIT_EVENTS_PARQUET=1``) also writes the rank's parsed events
-    beside its trace (:func:`write_events_parquet`: ingest at source).
+    beside its trace (:func:`write_events_parquet`: ingest at source). In a process group, the
+    group is left and freed at exit (capture.teardown), whether or not the job destroys it.
     """
     if events_parquet is None:
         events_parquet = os.environ.get(EVENTS_PARQUET_ENV, "") not in ("", "0")
     if steps < 1:
         raise ValueError("steps must be at least 1")
     rank = _default_rank() if rank is None else rank
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        # the profiler pins the group past destroy_process_group (capture.teardown): without
+        # this a job aborted at exit about one run in ten (tests/test_exit_teardown.py)
+        teardown.leave_process_group_at_exit()
     activities = [torch.profiler.ProfilerActivity.CPU]
     if str(device).startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
