@@ -73,7 +73,8 @@ def test_pipeline_waits_are_late_senders_and_the_matrix_is_the_chain(pp) -> None
 
 def test_every_wait_is_charged_once(pp) -> None:
     rc = pp.summary.why.root_causes
-    assert sum(r.cost_s for r in rc.per_rank) == pytest.approx(rc.wait_s, rel=1e-6)
+    charged = sum(r.cost_s for r in rc.per_rank) + rc.before_trace_s
+    assert charged == pytest.approx(rc.wait_s, rel=1e-6)
     assert rc.direct_s + rc.propagated_s == pytest.approx(rc.wait_s, rel=1e-6)
     assert rc.propagated_s > 0  # a stage late because it waited on its own neighbour
 
@@ -115,10 +116,11 @@ def _ints(*pairs: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def test_a_wait_beyond_its_causes_excess_is_late_start_not_its_ops() -> None:
-    """Rank 1's window starts 100 ns after rank 0's (its profiler started later), then it computes
-    15 ns (aten::mm) where rank 0 computed 5 and waited 110 on it. The arrival gap, 110, is the
-    late start (100) plus the excess (10): the op carries 10, never the whole wait."""
+def test_a_wait_before_the_causes_trace_began_is_before_trace_not_its_ops() -> None:
+    """Rank 1's trace starts at 100 (its profiler started later); rank 0 computed 5 ns and waits
+    from 5 to 115 on it; rank 1 computes 15 ns (aten::mm) from 100. Of the 110 ns wait, 95 lie
+    before rank 1 was traced (``before trace``: its reason is not in the trace); from 100, where
+    both are traced, rank 1 computed 15 and rank 0 nothing: the op carries those 15."""
     from tracekit.analyses import root_causes as rc
 
     waits = pl.DataFrame(
@@ -145,5 +147,40 @@ def test_a_wait_beyond_its_causes_excess_is_late_start_not_its_ops() -> None:
     }
     causes, inst = rc.root_causes(waits, sets, ops, {0: 0, 1: 100})
     got = {(r, what): ns for r, what, _, _, ns in causes.iter_rows()}
-    assert got == {(1, "late start"): 100, (1, "aten::mm"): 10}
+    assert got == {(1, rc.BEFORE_TRACE): 95, (1, "aten::mm"): 15}
+    assert inst["wait_ns"].sum() == sum(got.values())  # every wait charged once
+
+
+def test_a_wait_beyond_its_causes_excess_is_late_start_not_its_ops() -> None:
+    """Both traced from 0. Call A: both arrive at 0; rank 0 leaves it at 10, rank 1 at 100 (its
+    transfer tail). Then rank 0 computes 5 and waits from 15; rank 1 computes 15 (aten::mm) and
+    arrives at 115. The 100 ns wait is rank 1's later leaving of call A (90, ``late start``)
+    plus its excess compute (15 - 5 = 10): the op carries 10, never the whole wait."""
+    from tracekit.analyses import root_causes as rc
+
+    waits = pl.DataFrame(
+        {
+            "call_id": [0, 0, 1, 1],
+            "rank": [0, 1, 0, 1],
+            "start_ns": [0, 0, 15, 115],
+            "done_ns": [10, 100, 120, 120],
+            "last_rank": [1, 1, 1, 1],
+            "last_arrival_ns": [0, 0, 115, 115],
+            "wait_ns": [0, 0, 100, 0],
+        }
+    )
+    none = _ints()
+    sets = {
+        0: {"compute": _ints((10, 15)), "comm": _ints((0, 10), (15, 120)),
+            "waiting": _ints((15, 115)), "other": none, "idle": none},
+        1: {"compute": _ints((100, 115)), "comm": _ints((0, 100), (115, 120)), "waiting": none,
+            "other": none, "idle": none},
+    }  # fmt: skip
+    ops = {
+        0: rc.Ops(["aten::mm"], np.array([0]), np.array([10]), np.array([15]), [None]),
+        1: rc.Ops(["aten::mm"], np.array([0]), np.array([100]), np.array([115]), [None]),
+    }
+    causes, inst = rc.root_causes(waits, sets, ops, {0: 0, 1: 0})
+    got = {(r, what): ns for r, what, _, _, ns in causes.iter_rows()}
+    assert got == {(1, "late start"): 90, (1, "aten::mm"): 10}
     assert inst["wait_ns"].sum() == sum(got.values())  # every wait charged once

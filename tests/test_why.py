@@ -98,9 +98,29 @@ def test_with_equal_work_a_rank_is_charged_no_more_than_it_really_computed(
         # slack for what perf_counter and the profiler see differently)
         assert cost <= 1.25 * excess[r] + 0.005 * 5, (r, cost, excess, spans[r])
     # what else is charged here is the ranks' profilers starting apart (the first barrier):
-    # states (idle, late start), never compute beyond the measured excess
+    # states (idle, late start, before trace), never compute beyond the measured excess
     top = a.summary.why.root_causes.top
     assert all(c.kind == "state" or c.cost_s <= 1.25 * excess[c.rank] + 0.025 for c in top)
+
+
+def test_the_wait_before_the_later_profiler_started_is_charged_to_no_rank(slow_run: Path) -> None:
+    """The job's first barrier lines up profilers that started apart: the rank there first
+    waits, part of it while the other was not yet traced. That part is ``before trace``, in no
+    rank's cost; the oracle is the trace's own times (the awaited rank's window start)."""
+    a = analyze(slow_run)
+    rc = a.summary.why.root_causes
+    start = dict(a.frame("ranks").select("rank", "window_start_ns").iter_rows())
+    first = (
+        a.frame("wait_states").filter(pl.col("op") == "barrier").sort("start_ns").row(0, named=True)
+    )
+    d, w_start = first["last_rank"], first["start_ns"]
+    expected = min(first["wait_ns"], max(0, start[d] - w_start)) * 1e-9
+    assert rc.before_trace_s == pytest.approx(expected, rel=0.05, abs=1e-4), (rc, first, start)
+    assert all(c.what != "before trace" for c in rc.top)
+    charged = sum(r.cost_s for r in rc.per_rank) + rc.before_trace_s
+    assert charged == pytest.approx(rc.wait_s, rel=1e-6)
+    said = any("before the awaited rank's trace began" in x for x in a.summary.why.diagnosis)
+    assert said == (rc.before_trace_s >= 0.1 * rc.wait_s)
 
 
 def test_tracekit_why_names_the_straggler_first(slow_run: Path) -> None:

@@ -12,9 +12,15 @@ d's own work (compute by op, transfer, other, idle) is a *direct* cost of d; the
 waiting is *propagated*: d was late because it waited on a third rank, so that share follows the
 causes of those waits (computed first: calls in order of their last arrival), to the original
 cause. Since d's lateness is ``(d_from - w_from) + (d's time - w's time)``, a wait longer than the
-excess is the rest begun later: that rest, and a wait with no excess at all (the same work, only
-later, e.g. profilers started apart), is charged to d as ``late start``. A 17 us op never carries
-a 190 ms wait. Every wait's cost is charged once: the costs over the causes sum to the total wait.
+excess is the rest begun later (d left the previous call later): that rest is charged to d as
+``late start``. A 17 us op never carries a 190 ms wait.
+
+Before the first shared call both intervals start where both ranks are traced (the later of
+their trace starts): what a rank did before its own trace began is not known. So the part of a
+wait that lies before the cause's trace began (profilers started apart: the waiter reached a
+barrier while the cause was not yet traced) is ``before trace``: charged to d, its reason outside
+the trace, and never the top cause (tracekit.analyses.why). Every wait's cost is charged once:
+the costs over the causes sum to the total wait.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ Sets = dict[str, tuple[iv.Ints, iv.Ints]]
 #: a cause: (rank, what, kind, phase label or None)
 Key = tuple[int, str, str, "str | None"]
 STATES = ("compute", "transfer", "waiting", "other", "idle")
+#: the cause state of a wait begun before the cause's trace did (its reason is not traced)
+BEFORE_TRACE = "before trace"
 
 #: the frame ``root_causes``: cost per root-cause rank and what it did
 CAUSES_SCHEMA = {
@@ -163,7 +171,8 @@ def ops_of(top_ops: pl.DataFrame) -> dict[int, Ops]:
 
 def instances(waits: pl.DataFrame, starts: dict[int, int]) -> pl.DataFrame:
     """Each wait of a rank on the last arriver, with both ranks' interval since the previous
-    call they shared: waiter, cause, call_id, wait_ns, w_from, w_to, d_from, d_to, at."""
+    call they shared (before the first: from the later of their trace starts): waiter, cause,
+    call_id, wait_ns, w_from, w_to, d_from, d_to, at, w_start, d_start (the cause's trace start)."""
     m = waits.select(
         "call_id",
         "rank",
@@ -189,6 +198,7 @@ def instances(waits: pl.DataFrame, starts: dict[int, int]) -> pl.DataFrame:
     first = pl.DataFrame(
         {"r": list(starts), "s": list(starts.values())}, schema={"r": pl.Int32, "s": pl.Int64}
     )
+    both = pl.max_horizontal(pl.col("_ws"), pl.col("_ds"))  # where both ranks are traced
     return (
         pairs.join(first.rename({"r": "rank", "s": "_ws"}), on="rank", how="left")
         .join(first.rename({"r": "d", "s": "_ds"}), on="d", how="left")
@@ -197,16 +207,13 @@ def instances(waits: pl.DataFrame, starts: dict[int, int]) -> pl.DataFrame:
             pl.col("d").alias("cause"),
             "call_id",
             "wait_ns",
-            pl.min_horizontal(pl.col("w_from").fill_null(pl.col("_ws")), "start_ns").alias(
-                "w_from"
-            ),
+            pl.min_horizontal(pl.col("w_from").fill_null(both), "start_ns").alias("w_from"),
             pl.col("start_ns").alias("w_to"),
-            pl.min_horizontal(pl.col("d_from").fill_null(pl.col("_ds")), "last_arrival_ns").alias(
-                "d_from"
-            ),
+            pl.min_horizontal(pl.col("d_from").fill_null(both), "last_arrival_ns").alias("d_from"),
             pl.col("last_arrival_ns").alias("d_to"),
             pl.col("last_arrival_ns").alias("at"),
             pl.col("start_ns").alias("w_start"),
+            pl.col("_ds").alias("d_start"),
         )
         .sort("at", "waiter")
     )
@@ -263,12 +270,16 @@ def root_causes(
         ex = {s: float(excess[s][i]) for s in STATES}
         total = sum(ex.values())
         vec: dict[Key, float] = defaultdict(float)
+        untraced = _before_trace(row)
+        if untraced > 0:
+            vec[(d, BEFORE_TRACE, "state", None)] += untraced
+            w_ns -= untraced
         # what the excess explains; the rest of the wait is d having begun later
         explained = min(float(w_ns), total)
         if w_ns > explained:
             vec[(d, "late start", "state", None)] += w_ns - explained
         prop = explained * ex["waiting"] / total if total > 0 else 0.0
-        direct = w_ns - prop
+        direct = w_ns + untraced - prop
         if total > 0:
             for s in ("transfer", "other", "idle"):
                 if ex[s] > 0:
@@ -301,6 +312,14 @@ def root_causes(
         pl.Series("direct_ns", direct_col, pl.Int64), pl.Series("propagated_ns", prop_col, pl.Int64)
     )
     return causes, inst
+
+
+def _before_trace(row: dict) -> float:
+    """The part of a wait before the cause's trace began: [w_start, w_start + wait] cut at it."""
+    d_start = row["d_start"]
+    if d_start is None:
+        return 0.0
+    return float(min(row["wait_ns"], max(0, d_start - row["w_start"])))
 
 
 def _charge_ops(vec: dict, d: int, part: float, row: dict, ops: dict[int, Ops]) -> None:

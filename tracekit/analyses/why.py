@@ -187,6 +187,9 @@ def _wait_states(waits: pl.DataFrame, states: pl.DataFrame, mat: pl.DataFrame) -
 
 def _root_causes(causes: pl.DataFrame, inst: pl.DataFrame) -> RootCauses:
     total = int(inst["wait_ns"].sum()) if inst.height else 0
+    untraced = pl.col("what") == rc.BEFORE_TRACE
+    before = int(causes.filter(untraced)["cost_ns"].sum())
+    causes = causes.filter(~untraced)  # not a cause in the trace: in no rank's cost
     per = (
         causes.group_by("rank")
         .agg(pl.col("cost_ns").sum())
@@ -196,6 +199,7 @@ def _root_causes(causes: pl.DataFrame, inst: pl.DataFrame) -> RootCauses:
         wait_s=total * NS,
         direct_s=(int(inst["direct_ns"].sum()) if inst.height else 0) * NS,
         propagated_s=(int(inst["propagated_ns"].sum()) if inst.height else 0) * NS,
+        before_trace_s=before * NS,
         per_rank=[
             CauseRank(rank=r, cost_s=c * NS, share=c / total if total else 0.0)
             for r, c in per.iter_rows()
@@ -270,6 +274,11 @@ def diagnosis(w: Why, inp: SectionInput) -> list[str]:
         )
     else:
         lines.append("one rank: no cross-rank waits")
+    if rcs.before_trace_s > 0 and rcs.before_trace_s >= SMALL * rcs.wait_s:
+        lines.append(
+            f"{rcs.before_trace_s:.3g} s of the waits lie before the awaited rank's trace began "
+            "(its profiler started later): their cause is not traced, charged to no rank"
+        )
     if path is not None:
         step = f"step: {path.step_s:.3g} s" if path.step_s else "window"
         lines.append(f"{step} ({path.steps} step(s) walked, {path.length_s:.3g} s of path)")

@@ -111,8 +111,9 @@ class Cause(Record):
         M(
             "an op name (its compute in excess of the waiting peer's), or a state: `transfer`, "
             "`other`, `idle`, `compute` (no op named), `waiting` (a wait whose cause is not "
-            "traced), `late start` (what the cause's excess does not explain: the same work, begun "
-            "later)"
+            "traced), `late start` (what the cause's excess does not explain: it left the previous "
+            "shared call later); in the frame also `before trace` (the part of a wait before the "
+            "cause's trace began; see before_trace_s)"
         ),
     ]
     kind: Annotated[str, M("`op` or `state`")]
@@ -159,7 +160,11 @@ class RootCauses(Record):
         ),
     ]
     direct_s: Annotated[
-        float, M("the part charged to the last arriver's own excess work, seconds (Böhme 2010)")
+        float,
+        M(
+            "the part charged to the last arriver itself (its excess work, its late start, the "
+            "part before its trace), seconds (Böhme 2010)"
+        ),
     ]
     propagated_s: Annotated[
         float,
@@ -168,8 +173,21 @@ class RootCauses(Record):
             "seconds (Böhme 2010's propagating wait states)"
         ),
     ]
-    per_rank: Annotated[list[CauseRank], M("cost per root-cause rank, most first")]
-    top: Annotated[list[Cause], M("the 10 largest causes (rank, op or state), most first")]
+    before_trace_s: Annotated[
+        float,
+        M(
+            "the part of the waits that lies before the awaited rank's trace began (profilers "
+            "started apart), seconds: its cause is not in the trace, so it is in no rank's cost "
+            "(per_rank, top); per_rank's costs plus this are wait_s"
+        ),
+    ]
+    per_rank: Annotated[
+        list[CauseRank], M("cost per root-cause rank, most first (`before trace` left out)")
+    ]
+    top: Annotated[
+        list[Cause],
+        M("the 10 largest causes (rank, op or state), most first (`before trace` left out)"),
+    ]
     by_label: Annotated[
         list[CauseLabel],
         M(
