@@ -16,7 +16,7 @@ from builders.analyses import event_frame
 from builders.traces import complete, kineto, thread_name, write_trace
 from corpus_reference import differences, rank_seconds
 
-from tracekit import timeline
+from tracekit import gloo_threads, timeline
 from tracekit.analyses import breakdown
 from tracekit.analysis import analyze
 
@@ -205,12 +205,27 @@ def test_cpu_rank_every_number_exact():
 
 def test_runloop_thread_found_by_name_and_by_content():
     events = event_frame(CPU_RANK)
-    loops = timeline.runloop_threads(events)
+    loops = gloo_threads.runloop_threads(events)
     assert loops.select("rank", "tid").rows() == [(0, "2")]
     unnamed = events.with_columns(pl.lit(None, pl.Utf8).alias("thread_name")).filter(
         pl.col("name") != "aten::copy_"
     )
-    assert timeline.runloop_threads(unnamed).select("rank", "tid").rows() == [(0, "2")]
+    assert gloo_threads.runloop_threads(unnamed).select("rank", "tid").rows() == [(0, "2")]
+
+
+def test_a_runloop_thread_by_content_is_one_thread_of_one_rank():
+    """Thread 2 of rank 0 carries only gloo collective spans: a runloop. Thread 2 of rank 1
+    carries the same span and an op; thread 3 of rank 0 a gloo p2p span only (not a collective):
+    neither is. A GPU row on rank 0's thread 2 changes nothing."""
+    rows = [
+        ev(0, "gloo:all_reduce", 0, 10, cat="user_annotation", kind="communication", tid="2"),
+        ev(0, "gloo:send", 0, 10, cat="user_annotation", kind="communication", tid="3"),
+        ev(0, "aten::mm", 0, 5, tid="2", device="gpu"),
+        ev(1, "gloo:all_reduce", 0, 10, cat="user_annotation", kind="communication", tid="2"),
+        ev(1, "aten::mm", 0, 5, tid="2"),
+    ]
+    loops = gloo_threads.runloop_threads(event_frame(rows))
+    assert sorted(loops.select("rank", "tid").rows()) == [(0, "2")]
 
 
 def test_gpu_rank_hta_rules():

@@ -25,9 +25,9 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit import p2p_time
+from tracekit.gloo_threads import with_runloop
 
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
-RUNLOOP_THREAD = "pt_gloo_runloop"
 SETS = ("compute", "comm", "other", "excluded", "waitlabel", "inner")  # see _cpu_intervals
 STATES = ("compute", "overlap", "comm", "other", "idle")  # overlap = compute and comm together
 
@@ -77,29 +77,6 @@ def marker_warnings(events: pl.DataFrame) -> list[str]:
         f"(e.g. {name[:60]!r}) dropped"
         for r, n, name in bad.select("rank", "n", "name").iter_rows()
     ]
-
-
-def runloop_threads(events: pl.DataFrame) -> pl.DataFrame:
-    """(rank, pid, tid) of gloo runloop threads: named so, or carrying only gloo collective spans."""
-    cpu = events.filter(pl.col("device") == "cpu")
-    named = cpu.filter(
-        pl.col("thread_name").fill_null("").str.contains(RUNLOOP_THREAD, literal=True)
-    )
-    is_gloo_coll = pl.col("name").str.starts_with("gloo:") & ~pl.col("name").is_in(
-        ["gloo:send", "gloo:recv"]
-    )
-    unnamed = (
-        cpu.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))
-        .group_by("rank", "pid", "tid")
-        .agg(
-            is_gloo_coll.any().alias("has_gloo"),
-            (pl.col("cat") == "cpu_op").any().alias("has_ops"),
-        )
-        .filter(pl.col("has_gloo") & ~pl.col("has_ops"))
-    )
-    return pl.concat(
-        [named.select("rank", "pid", "tid"), unnamed.select("rank", "pid", "tid")]
-    ).unique()
 
 
 def analysis_windows(events: pl.DataFrame, gpu_ranks: set[int]) -> pl.DataFrame:
@@ -244,26 +221,25 @@ def _ops_inside(ops: pl.DataFrame, labels: pl.DataFrame) -> pl.DataFrame:
     return inside.select(ops.columns)
 
 
-def _with_runloop(cpu: pl.DataFrame) -> pl.DataFrame:
-    loops = runloop_threads(cpu).with_columns(pl.lit(True).alias("runloop"))
-    if loops.height == 0:  # NCCL traces have none: no join of every CPU event with nothing
-        return cpu.with_columns(pl.lit(False).alias("runloop"))
-    return cpu.join(loops, on=["rank", "pid", "tid"], how="left").with_columns(
-        pl.col("runloop").fill_null(False)
-    )
-
-
-def _split_p2p(cpu: pl.DataFrame, p2p: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _split_p2p(
+    cpu: pl.DataFrame, p2p: pl.DataFrame | None, keep: pl.Expr | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(communication spans with ``split``: a p2p span whose peer is known, counted by its
-    transfer and blocked wait instead of whole; those parts as rank, start_ns, end_ns)."""
-    spans = cpu.filter((pl.col("cat") == "user_annotation") & (pl.col("kind") == "communication"))
+    transfer and blocked wait instead of whole; those parts as rank, start_ns, end_ns).
+    ``keep``: the rows of ``cpu`` to look at (all without)."""
+    keep = pl.lit(True) if keep is None else keep
+    spans = cpu.filter(
+        keep & (pl.col("cat") == "user_annotation") & (pl.col("kind") == "communication")
+    )
     keys = ["rank", "pid", "tid", "start_ns", "end_ns"]
     m = p2p_time.matched(spans.filter(p2p_time.p2p_spans(spans)), p2p)
     spans = spans.join(
         m.select(keys).unique().with_columns(pl.lit(True).alias("split")), on=keys, how="left"
     ).with_columns(pl.col("split").fill_null(False))
-    ops = cpu.filter((pl.col("cat") == "cpu_op") & ~pl.col("runloop"))
-    return spans, p2p_time.comm_parts(m, ops)
+    if m.height == 0:  # nothing to cut: no ops needed
+        return spans, p2p_time.comm_parts(m, cpu.select(_OP_COLUMNS).head(0))
+    mask = cpu.select(keep & (pl.col("cat") == "cpu_op") & ~pl.col("runloop")).to_series()
+    return spans, p2p_time.comm_parts(m, cpu.select(_OP_COLUMNS).filter(mask))
 
 
 def _cpu_intervals(events: pl.DataFrame, p2p: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -274,9 +250,10 @@ def _cpu_intervals(events: pl.DataFrame, p2p: pl.DataFrame | None = None) -> pl.
     communication calls; waitlabel/inner: communication labels (WAIT_LABELS) and the ops nested
     in them — time inside such a label not under a nested op is waiting, not compute.
     """
-    cpu = _with_runloop(events.filter(pl.col("device") == "cpu"))
+    cpu = with_runloop(_rows(events, pl.col("device") == "cpu"))
     is_comm_call = (pl.col("cat") == "cpu_op") & (pl.col("kind") == "communication")
-    ops = cpu.filter((pl.col("cat") == "cpu_op") & ~pl.col("runloop"))
+    # the ops need no names: filtered with them, the text columns were copied for every op
+    ops = cpu.select(_OP_COLUMNS).filter((pl.col("cat") == "cpu_op") & ~pl.col("runloop"))
     compute = ops.filter(pl.col("kind") == "compute").with_columns(pl.lit("compute").alias("set"))
     spans, parts = _split_p2p(cpu, p2p)
     comm = pl.concat(
@@ -317,6 +294,14 @@ def _cpu_intervals(events: pl.DataFrame, p2p: pl.DataFrame | None = None) -> pl.
     )
 
 
+def _rows(frame: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+    """``frame.filter(keep)``, the frame itself when every row is kept (a filter copies)."""
+    mask = frame.select(keep.fill_null(False)).to_series()
+    return frame if mask.all() else frame.filter(mask)
+
+
+_OP_COLUMNS = ("rank", "pid", "tid", "cat", "kind", "start_ns", "end_ns", "runloop")
+
 # The columns each side of the timeline reads. Filtering a projection copies these, not all 20
 # columns of the events table (at 650k events: a third of the time and memory of the filters).
 _GPU_COLUMNS = ("rank", "device", "cat", "kind", "start_ns", "end_ns", "correlation")
@@ -349,16 +334,15 @@ def intervals(
     is_gpu = pl.col("rank").is_in(sorted(gpu_ranks))
     parts = []
     if gpu_ranks:
-        host = _with_runloop(
-            events.select(_CPU_COLUMNS).filter(is_gpu & (pl.col("device") == "cpu"))
-        )
-        spans, split = _split_p2p(host, p2p)
+        # the host rows are picked inside: a filtered copy of them held every CPU event's text
+        host = with_runloop(events.select(_CPU_COLUMNS))
+        spans, split = _split_p2p(host, p2p, is_gpu & (pl.col("device") == "cpu"))
         gloo = pl.concat(
             [spans.filter(~pl.col("split")).select("rank", "start_ns", "end_ns"), split],
             how="vertical_relaxed",
         )
-        parts.append(_gpu_intervals(events.select(_GPU_COLUMNS).filter(is_gpu), windows, gloo))
-    cpu = events.select(_CPU_COLUMNS).filter(~is_gpu)
+        parts.append(_gpu_intervals(_rows(events.select(_GPU_COLUMNS), is_gpu), windows, gloo))
+    cpu = _rows(events.select(_CPU_COLUMNS), ~is_gpu)
     if cpu.height:
         parts.append(_cpu_intervals(cpu, p2p))
     if not parts:

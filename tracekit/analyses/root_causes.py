@@ -129,9 +129,14 @@ def top_level_ops(events: pl.DataFrame, gpu_ranks: frozenset[int] | set[int]) ->
     """The compute events of each rank that no earlier one of its thread/stream contains
     (:data:`TOP_OPS_SCHEMA`). A GPU rank (listed, or with any device event): device kernels
     only, as the timeline's compute state."""
-    on_gpu = pl.col("rank").is_in(list(gpu_ranks)) | (pl.col("device") != "cpu").any().over("rank")
-    e = events.filter(pl.col("kind") == "compute").filter(~on_gpu | (pl.col("device") != "cpu"))
+    compute = (pl.col("kind") == "compute").fill_null(False)
+    on_device = compute & (pl.col("device") != "cpu")  # a rank with device kernels: those only
+    with_device = events.select("rank", on_device.alias("d")).filter("d")["rank"].unique()
+    on_gpu = pl.col("rank").is_in(sorted({*gpu_ranks, *with_device.to_list()}))
     keys = ("rank", "device", "tid")
+    # only the columns used: a filter of the whole table copied every compute row's thread name
+    mask = events.select(compute & (~on_gpu | (pl.col("device") != "cpu"))).to_series()
+    e = events.select(*keys, "name", "start_ns", "end_ns").filter(mask)
     top = (
         e.select(*keys, "name", "start_ns", "end_ns")
         .sort(*keys, "start_ns", pl.col("end_ns"), descending=[False] * 4 + [True])

@@ -1,0 +1,52 @@
+"""gloo's runloop threads: where a CPU rank's collectives run, apart from its compute.
+
+A thread is a runloop when its name says so (``pt_gloo_runloop``), or when it carries gloo
+collective spans and no ``cpu_op`` (traces whose thread names are missing). Its spans are
+communication; its events are never compute (tracekit.timeline).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+RUNLOOP_THREAD = "pt_gloo_runloop"
+
+
+def runloop_threads(events: pl.DataFrame) -> pl.DataFrame:
+    """(rank, pid, tid) of gloo runloop threads: named so, or carrying only gloo collective spans."""
+    on_cpu = pl.col("device") == "cpu"
+    named = events.filter(
+        on_cpu & pl.col("thread_name").fill_null("").str.contains(RUNLOOP_THREAD, literal=True)
+    )
+    is_gloo_coll = pl.col("name").str.starts_with("gloo:") & ~pl.col("name").is_in(
+        ["gloo:send", "gloo:recv"]
+    )
+    listed = on_cpu & pl.col("cat").is_in(["cpu_op", "user_annotation"])
+    keys = ("rank", "pid", "tid")
+    # the threads with a gloo collective span (few), then which of them also run ops: a group_by
+    # or a filter of every event copied or hashed every row's text columns (#29)
+    gloo = events.select(*keys, (listed & is_gloo_coll).alias("_k")).filter("_k").drop("_k")
+    gloo = gloo.unique()
+    if gloo.height == 0:
+        unnamed = gloo
+    else:
+        theirs = pl.struct(*keys).is_in(gloo.select(pl.struct(*keys)).to_series().implode())
+        with_ops = events.select(
+            *keys, (listed & (pl.col("cat") == "cpu_op") & theirs).alias("_k")
+        ).filter("_k")
+        unnamed = gloo.join(with_ops.drop("_k").unique(), on=list(keys), how="anti")
+    return pl.concat(
+        [named.select("rank", "pid", "tid"), unnamed.select("rank", "pid", "tid")]
+    ).unique()
+
+
+def with_runloop(cpu: pl.DataFrame) -> pl.DataFrame:
+    """``cpu`` with ``runloop``: the event is on a gloo runloop thread of its rank."""
+    keys = ("rank", "pid", "tid")
+    loops = runloop_threads(cpu)
+    if loops.height == 0:  # NCCL traces have none: no pass over every CPU event for nothing
+        return cpu.with_columns(pl.lit(False).alias("runloop"))
+    # a flag, not a left join: the join copied every column of every row (#29)
+    known = pl.all_horizontal(*(pl.col(k).is_not_null() for k in keys))  # as a join matches
+    member = pl.struct(*keys).is_in(loops.select(pl.struct(*keys)).to_series().implode())
+    return cpu.with_columns((known & member).fill_null(False).alias("runloop"))
