@@ -105,7 +105,9 @@ def _skip(p: Path, skipped: list[str] | None) -> None:
 def find_trace_files(path: Path, skipped: list[str] | None = None) -> list[Path]:
     """The trace files PATH names: one file, a run folder's traces/, or a folder searched recursively.
 
-    Our own outputs (analysis/, memory/, train/, nccl/, run.json) are never taken for traces.
+    Our own outputs (analysis/, memory/, train/, nccl/, run.json) are never taken for traces; a
+    run folder met in the search is read as when named itself: its traces/ only (not its
+    contention/, straggler or other side files).
     Entries named like a trace that are not regular files (FIFOs, devices, sockets, folders,
     links to them) are not read; each is added to SKIPPED as a warning line.
     """
@@ -134,6 +136,12 @@ def find_trace_files(path: Path, skipped: list[str] | None = None) -> list[Path]
         if any(part in skip or part.endswith(".analysis") for part in rel):
             subdirs[:] = []
             continue
+        here = Path(folder)
+        if rel and is_run_folder(here):  # a run inside: its traces/ alone, as find_trace_files(it)
+            subdirs[:] = ["traces"] if "traces" in subdirs else []
+            continue
+        if len(rel) > 1 and rel[-1] == "traces" and is_run_folder(here.parent):
+            subdirs[:] = []  # a run's traces/ is read flat, as traces_dir's glob reads it
         for name in sorted(names):
             p = Path(folder) / name
             if name in ("run.json", "summary.json") or not name.endswith(TRACE_SUFFIXES):
