@@ -176,7 +176,7 @@ def test_a_stuck_lock_holder_never_blocks_a_run_json_update(
 ) -> None:
     """Another process holds run.json's lock and never lets go (a rank stopped by SIGSTOP): the
     update waits LOCK_WAIT_S, then goes ahead unlocked with a warning."""
-    from tracekit.capture import profiler
+    from tracekit.capture import run_json_update
 
     (tmp_path / "run.json").write_text('{"status": "running"}')
     holder = subprocess.Popen(
@@ -188,10 +188,11 @@ def test_a_stuck_lock_holder_never_blocks_a_run_json_update(
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        monkeypatch.setattr(profiler, "LOCK_WAIT_S", 1.0)
         t0 = time.monotonic()
-        with pytest.warns(profiler.ProfileWarning, match="updated unlocked"):
-            profiler._update_run_json(tmp_path, lambda d: d.update(status="failed"))
+        with pytest.warns(run_json_update.ProfileWarning, match="updated unlocked"):
+            run_json_update.update_run_json(
+                tmp_path, lambda d: d.update(status="failed"), wait_s=1.0
+            )
         assert time.monotonic() - t0 < 30
     finally:
         holder.kill()

@@ -199,6 +199,17 @@ def test_tracekit_analyze_reads_the_run_folder(
     assert summary["topology"] == {"source": "run.json", "nodes": {"0": 0, "1": 0}}
     assert summary["run"]["strategy"] == "user" and summary["run"]["status"] == "ok"
     assert summary["collectives"]["count"] > 0
+    # the ranks' CPU wait was recorded over the traced steps (contention/rank<R>.json): its wall
+    # time is that of the trace's three steps (ProfilerStep spans, an independent clock)
+    cont = summary["contention"]
+    assert cont is not None and cont["ranks"] == 2 and cont["corun_slowdown_max"] is not None
+    steps_s = {r["rank"]: r["span_s"] for r in summary["ranks"]}
+    for row in cont["per_rank"]:
+        assert row["wall_s"] == pytest.approx(steps_s[row["rank"]], rel=0.2, abs=0.01), (
+            row,
+            steps_s,
+        )
+        assert row["cpu_wait_s"] is not None and row["cpu_wait_s"] <= row["wall_s"]
     # nothing is missing from our own traces, so nothing is said to be
     assert not [w for w in summary["warnings"] if " no trace" in w or w.startswith("no ")], summary[
         "warnings"
@@ -225,7 +236,9 @@ def test_decorator_and_callback_forms(torchrun_job: dict[str, Path]) -> None:
     assert (
         data["status"] == "ok" and data["cycles"] == 2 and data["steps_taken"] == 6
     )  # stopped itself
-    for r in (0, 1):
+    for r in (0, 1):  # the contention file holds the steps of the trace kept: 4 and 5
+        kept = json.loads((cb / "contention" / f"rank{r}.json").read_text())
+        assert [s["step"] for s in kept["steps"]] == [4, 5], kept["steps"]
         older = cb / "traces" / "cycles" / f"rank{r}.cycle1.json.gz"
         assert older.is_file() and runfolder.trace_path(cb, r).is_file()
         steps = {_step_names(p) for p in (older, runfolder.trace_path(cb, r))}

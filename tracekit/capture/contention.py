@@ -163,9 +163,12 @@ class ContentionMeter:
         try:
             yield
         finally:
-            b = sample()
-            self.why = self.why or a.why or b.why
-            self.steps.append({"step": k, **delta(a, b)})
+            self.between(k, a, sample())
+
+    def between(self, k: int, a: Sample, b: Sample) -> None:
+        """Step ``k`` ran from sample ``a`` to sample ``b``."""
+        self.why = self.why or a.why or b.why
+        self.steps.append({"step": k, **delta(a, b)})
 
     def record(self, warmup: int) -> dict[str, Any]:
         """contention/rank<R>.json's content: the profiled steps (k >= ``warmup``) and totals."""

@@ -36,8 +36,6 @@ callback (duck-typed: ``on_train_begin``/``on_train_start``, ``on_step_end``/
 from __future__ import annotations
 
 import atexit
-import contextlib
-import fcntl
 import functools
 import inspect
 import os
@@ -55,14 +53,11 @@ import torch
 import torch.distributed as dist
 
 from tracekit import runfolder
-from tracekit.capture import placement, records, teardown, trace
+from tracekit.capture import placement, records, step_contention, teardown, trace
+from tracekit.capture.run_json_update import ProfileWarning, update_run_json
 
 STRATEGY = "user"
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class ProfileWarning(UserWarning):
-    """Something about the job that makes its trace less useful (oversubscription, no logs)."""
 
 
 # --- run.json, shared by the ranks ----------------------------------------------------------------
@@ -77,35 +72,6 @@ def _versions(backend: str | None) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a version string is never worth failing for
             out["nccl"] = None
     return out
-
-
-def _update_run_json(run: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Read-modify-write run.json under a lock, so a failing rank and rank 0 never clobber
-    each other's entries (flock: best effort on network file systems)."""
-    fd = os.open(run, os.O_RDONLY)  # flock on the run folder itself: no lock file left behind
-    try:
-        _lock(fd, run)
-        try:
-            data = runfolder.load_run_json(run) or {}
-        except Exception:  # noqa: BLE001 - a damaged run.json is rewritten, never fatal here
-            data = {}
-        change(data)
-        runfolder.write_json_atomic(runfolder.run_json_path(run), data)
-    finally:
-        os.close(fd)  # releases the lock
-
-
-LOCK_WAIT_S = 30.0  # a holder writes a few kB: longer, it is stuck (SIGSTOP, a hung NFS)
-
-
-def _lock(fd: int, run: Path) -> None:
-    """flock(LOCK_EX) waited for at most LOCK_WAIT_S, then the update goes ahead unlocked."""
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while time.monotonic() < deadline:
-        with contextlib.suppress(BlockingIOError):
-            return fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        time.sleep(0.05)
-    _warnings.warn(f"{run}: run.json locked {LOCK_WAIT_S:g} s; updated unlocked", ProfileWarning, 3)
 
 
 # --- the profiler --------------------------------------------------------------------------------
@@ -150,6 +116,7 @@ class Profiler:
         self._prof: torch.profiler.profile | None = None
         self._group: Any = None
         self._old_sigterm: Any = None
+        self._contention: step_contention.StepContention | None = None
 
     # schedule bookkeeping
     @property
@@ -212,6 +179,8 @@ class Profiler:
         self._catch_sigterm()
         if distributed:  # the user's job may never destroy its group: see capture.teardown
             teardown.leave_process_group_at_exit()
+        # the rank's CPU wait per step, and the co-run probe (a collective) before the first
+        self._contention = step_contention.StepContention(self._group, self.device, self.world_size)
         self._prof = self._torch_profiler()
         self._prof.__enter__()
         return self
@@ -304,8 +273,12 @@ class Profiler:
         """Mark the end of one training step."""
         if self._prof is None or self.stopped:
             raise RuntimeError("step() outside a started profiler")
+        if self._contention is not None:
+            self._contention.end(self.steps)
         self.steps += 1
         self._prof.step()
+        if self._contention is not None:
+            self._contention.begin()
 
     # --- stop -------------------------------------------------------------------------------------
 
@@ -328,6 +301,9 @@ class Profiler:
         if distributed:
             records.dump_flight_recorder(self.run_dir, self.rank)
         self._copy_nccl_log(self.run_dir)
+        if self._contention is not None:
+            traced = step_contention.traced_steps(self.schedule, self.cycles, self.steps)
+            self._contention.write(self.run_dir, self.rank, traced)
         mine = {
             "rank": self.rank,
             "trace": runfolder.trace_path(self.run_dir, self.rank).is_file(),
@@ -359,7 +335,7 @@ class Profiler:
             data["status"] = "failed"
             data.setdefault("errors", []).append(entry)
 
-        _update_run_json(run_dir, change)
+        update_run_json(run_dir, change)
 
     def _finish_run_json(self, run_dir: Path, everyone: list[dict[str, Any]]) -> None:
         notes = []
@@ -384,7 +360,7 @@ class Profiler:
             if data.get("status") == "running":
                 data["status"] = "ok"
 
-        _update_run_json(run_dir, change)
+        update_run_json(run_dir, change)
 
     def _copy_nccl_log(self, run_dir: Path) -> None:
         src = placement.nccl_log_path()
