@@ -171,7 +171,7 @@ def test_unknown_sizes_are_null_not_zero(tmp_path):
 
 def test_unknown_sizes_are_null_on_a_hand_built_table():
     """The same without HTA's file: a matched-less table of all_reduce rows with no size."""
-    from tracekit.analyses.collectives import collectives_summary
+    from tracekit.analyses.collectives_section import collectives_summary
     from tracekit.analyses.volume import volume_summary
     from tracekit.report import collectives_table
 

@@ -35,6 +35,7 @@ import polars as pl
 from tracekit.analyses import (
     breakdown,
     collectives,
+    collectives_section,
     contention,
     critical_path,
     matching,
@@ -141,7 +142,7 @@ COLLECTIVES = Section(
     "collectives",
     "collectives",
     struct=Collectives,
-    compute=collectives.collectives_section,
+    compute=collectives_section.collectives_section,
     frames={"collectives": collectives.COLLECTIVES_SCHEMA},
     figures=(
         Figure("collective_bandwidth", "collectives:bandwidth_of", NO_COLLECTIVES),

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tracekit.events import DType
 
 # What each byte figure of summary.json ``traffic`` counts (docs/traffic.md).
-BYTES_COUNTED = {
+TRAFFIC_BYTES_COUNTED = {
     "bytes": "bytes on the wire: what the call's algorithm puts on every directed rank -> rank "
     "link, summed over all links and calls of the window (intra + inter + unclassified)",
     "intra/inter": "the same, on links inside one node / between nodes",
@@ -228,7 +228,7 @@ def traffic(inp: SectionInput) -> SectionResult[Traffic]:
         summary["inter_node_fraction"] = None
         per_step = None
     summary.update(
-        bytes_counted=BYTES_COUNTED,
+        bytes_counted=TRAFFIC_BYTES_COUNTED,
         by_group=by_group,
         by_dim=by_dim,
         per_step=per_step,
