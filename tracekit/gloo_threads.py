@@ -10,13 +10,24 @@ from __future__ import annotations
 import polars as pl
 
 RUNLOOP_THREAD = "pt_gloo_runloop"
+#: a boolean column that stands for ``thread_name`` where only this was needed of it: the event
+#: is on a CPU thread named as a runloop (tracekit.analyses.rank_map reads it so: the thread
+#: names are a quarter of a rank's events table in memory)
+NAMED_RUNLOOP = "named_runloop"
+
+
+def named_runloop() -> pl.Expr:
+    """The event is on a CPU thread whose name says it is a gloo runloop."""
+    named = pl.col("thread_name").fill_null("").str.contains(RUNLOOP_THREAD, literal=True)
+    return (pl.col("device") == "cpu") & named
 
 
 def runloop_threads(events: pl.DataFrame) -> pl.DataFrame:
-    """(rank, pid, tid) of gloo runloop threads: named so, or carrying only gloo collective spans."""
+    """(rank, pid, tid) of gloo runloop threads: named so, or carrying only gloo collective spans.
+    ``events`` has ``thread_name``, or :data:`NAMED_RUNLOOP` in its place."""
     on_cpu = pl.col("device") == "cpu"
     named = events.filter(
-        on_cpu & pl.col("thread_name").fill_null("").str.contains(RUNLOOP_THREAD, literal=True)
+        pl.col(NAMED_RUNLOOP) if NAMED_RUNLOOP in events.columns else named_runloop()
     )
     is_gloo_coll = pl.col("name").str.starts_with("gloo:") & ~pl.col("name").is_in(
         ["gloo:send", "gloo:recv"]
@@ -30,7 +41,7 @@ def runloop_threads(events: pl.DataFrame) -> pl.DataFrame:
     if gloo.height == 0:
         unnamed = gloo
     else:
-        theirs = pl.struct(*keys).is_in(gloo.select(pl.struct(*keys)).to_series().implode())
+        theirs = member(keys, gloo)
         with_ops = events.select(
             *keys, (listed & (pl.col("cat") == "cpu_op") & theirs).alias("_k")
         ).filter("_k")
@@ -48,5 +59,21 @@ def with_runloop(cpu: pl.DataFrame) -> pl.DataFrame:
         return cpu.with_columns(pl.lit(False).alias("runloop"))
     # a flag, not a left join: the join copied every column of every row (#29)
     known = pl.all_horizontal(*(pl.col(k).is_not_null() for k in keys))  # as a join matches
-    member = pl.struct(*keys).is_in(loops.select(pl.struct(*keys)).to_series().implode())
-    return cpu.with_columns((known & member).fill_null(False).alias("runloop"))
+    return cpu.with_columns((known & member(keys, loops)).fill_null(False).alias("runloop"))
+
+
+#: up to this many threads, membership is tested key by key (a bit mask per thread); past it,
+#: by struct (which encodes every row's keys: 160 MB at 5.4 M events)
+FEW_THREADS = 64
+
+
+def member(keys: tuple[str, ...], threads: pl.DataFrame) -> pl.Expr:
+    """The row's ``keys`` are one of ``threads``' rows (null keys never are)."""
+    if threads.height > FEW_THREADS:
+        return pl.struct(*keys).is_in(threads.select(pl.struct(*keys)).to_series().implode())
+    terms = [
+        pl.all_horizontal(*(pl.col(k) == v for k, v in zip(keys, row, strict=True)))
+        for row in threads.select(keys).iter_rows()
+        if None not in row
+    ]
+    return pl.any_horizontal(terms).fill_null(False) if terms else pl.lit(False)

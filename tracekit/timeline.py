@@ -25,7 +25,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit import p2p_time
-from tracekit.gloo_threads import with_runloop
+from tracekit.gloo_threads import NAMED_RUNLOOP, with_runloop
 
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 SETS = ("compute", "comm", "other", "excluded", "waitlabel", "inner")  # see _cpu_intervals
@@ -156,9 +156,11 @@ def _gpu_intervals(events: pl.DataFrame, windows: pl.DataFrame, gloo: pl.DataFra
     )
     cut = windows.filter(pl.col("cutoff_ns").is_not_null()).select("rank", "cutoff_ns")
     if cut.height:
-        launches = (
-            events.filter((pl.col("device") == "cpu") & pl.col("correlation").is_not_null())
-            .join(cut, on="rank")
+        launch = (pl.col("device") == "cpu") & pl.col("correlation").is_not_null()
+        launches = (  # the three columns needed: a filter of every column took 450 MB (#29)
+            events.select("rank", "correlation", "start_ns", launch.alias("_l"))
+            .filter("_l")
+            .join(cut, on="rank", maintain_order="left")
             .select("rank", "correlation", (pl.col("start_ns") < pl.col("cutoff_ns")).alias("keep"))
             .unique(["rank", "correlation"], keep="first")
         )
@@ -319,6 +321,12 @@ _CPU_COLUMNS = (
 )
 
 
+def _cpu_columns(events: pl.DataFrame) -> list[str]:
+    """_CPU_COLUMNS, with the runloop flag in place of the thread name where the events have it."""
+    named = NAMED_RUNLOOP in events.columns
+    return [NAMED_RUNLOOP if c == "thread_name" and named else c for c in _CPU_COLUMNS]
+
+
 def intervals(
     events: pl.DataFrame,
     windows: pl.DataFrame,
@@ -335,14 +343,14 @@ def intervals(
     parts = []
     if gpu_ranks:
         # the host rows are picked inside: a filtered copy of them held every CPU event's text
-        host = with_runloop(events.select(_CPU_COLUMNS))
+        host = with_runloop(events.select(_cpu_columns(events)))
         spans, split = _split_p2p(host, p2p, is_gpu & (pl.col("device") == "cpu"))
         gloo = pl.concat(
             [spans.filter(~pl.col("split")).select("rank", "start_ns", "end_ns"), split],
             how="vertical_relaxed",
         )
         parts.append(_gpu_intervals(_rows(events.select(_GPU_COLUMNS), is_gpu), windows, gloo))
-    cpu = _rows(events.select(_CPU_COLUMNS), ~is_gpu)
+    cpu = _rows(events.select(_cpu_columns(events)), ~is_gpu)
     if cpu.height:
         parts.append(_cpu_intervals(cpu, p2p))
     if not parts:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit import clock, timeline
+from tracekit import clock, gloo_threads, timeline
 from tracekit.analyses import collectives, overlap, pipeline_ops
 from tracekit.analyses.breakdown import rank_breakdown
 from tracekit.analyses.event_totals import event_totals
@@ -34,9 +34,29 @@ from tracekit.analyses.root_causes import top_level_ops
 from tracekit.analyses.section import RankResult, RankTask
 from tracekit.ingest.spill import EventsRef, write
 
+#: the events' columns the map reads (tracekit.events.EVENT_SCHEMA less the collective
+#: arguments, which the collectives table carries, and the stream and external ids), and the
+#: runloop flag in place of the thread names (tracekit.gloo_threads): a rank read back from
+#: its parquet file holds no other (at 405 MB of JSON: 192 -> 111 MB)
+MAP_COLUMNS = (
+    "rank",
+    "device",
+    "pid",
+    "tid",
+    "cat",
+    "name",
+    "start_ns",
+    "end_ns",
+    "kind",
+    "op",
+    "correlation",
+)
+
 
 def _events(task: RankTask) -> pl.DataFrame:
-    frames = [ref.read() for ref in task.events]
+    flag = gloo_threads.named_runloop().alias(gloo_threads.NAMED_RUNLOOP)
+    columns: list[str | pl.Expr] = [*MAP_COLUMNS, flag]
+    frames = [ref.read(columns) for ref in task.events]
     events = pl.concat(frames, how="vertical", rechunk=False) if len(frames) > 1 else frames[0]
     return clock.shifted(events, task.shifts)
 

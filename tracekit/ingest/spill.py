@@ -28,6 +28,7 @@ import tempfile
 import threading
 import uuid
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,14 +68,23 @@ class EventsRef:
     parts: tuple[str, ...] = ()
     """Or parquet files holding it in row order (a rank read in parts: tracekit.ingest.kineto_stream)."""
 
-    def read(self) -> pl.DataFrame:
-        """The frame; a one-line TracekitError when its file has gone (a cache entry evicted
-        by another process meanwhile)."""
+    def read(self, columns: Sequence[str | pl.Expr] | None = None) -> pl.DataFrame:
+        """The frame, or when given only ``columns`` of it: the named ones it has, and
+        expressions of them (a file is read in a streaming pass that holds no other column);
+        a one-line TracekitError when its file has gone (a cache entry evicted by another
+        process meanwhile)."""
         if self.frame is not None:
-            return self.frame
+            if columns is None:
+                return self.frame
+            return self.frame.select(_present(columns, self.frame.columns))
         assert self.path is not None or self.parts
+        source = list(self.parts) if self.parts else self.path
         try:
-            return pl.read_parquet(list(self.parts) if self.parts else self.path)  # type: ignore[arg-type]
+            if columns is not None:
+                scan = pl.scan_parquet(source)  # type: ignore[arg-type]
+                wanted = _present(columns, scan.collect_schema().names())
+                return scan.select(wanted).collect(engine="streaming")
+            return pl.read_parquet(source)  # type: ignore[arg-type]
         except (OSError, pl.exceptions.ComputeError) as exc:
             where = self.path or self.parts[0]
             raise TracekitError(f"cannot read back a rank's events ({exc})", where) from None
@@ -85,6 +95,10 @@ class EventsRef:
             return self.frame.lazy()
         assert self.path is not None or self.parts
         return pl.scan_parquet(list(self.parts) if self.parts else self.path)  # type: ignore[arg-type]
+
+
+def _present(columns: Sequence[str | pl.Expr], have: Sequence[str]) -> list[str | pl.Expr]:
+    return [c for c in columns if not isinstance(c, str) or c in have]
 
 
 class Spill:
