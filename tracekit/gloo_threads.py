@@ -14,6 +14,8 @@ RUNLOOP_THREAD = "pt_gloo_runloop"
 #: is on a CPU thread named as a runloop (tracekit.analyses.rank_map reads it so: the thread
 #: names are a quarter of a rank's events table in memory)
 NAMED_RUNLOOP = "named_runloop"
+#: what names a thread
+THREAD = ("rank", "pid", "tid")
 
 
 def named_runloop() -> pl.Expr:
@@ -33,33 +35,29 @@ def runloop_threads(events: pl.DataFrame) -> pl.DataFrame:
         ["gloo:send", "gloo:recv"]
     )
     listed = on_cpu & pl.col("cat").is_in(["cpu_op", "user_annotation"])
-    keys = ("rank", "pid", "tid")
     # the threads with a gloo collective span (few), then which of them also run ops: a group_by
     # or a filter of every event copied or hashed every row's text columns (#29)
-    gloo = events.select(*keys, (listed & is_gloo_coll).alias("_k")).filter("_k").drop("_k")
-    gloo = gloo.unique()
+    gloo = events.select(*THREAD, (listed & is_gloo_coll).alias("_k")).filter("_k")
+    gloo = gloo.drop("_k").unique()
     if gloo.height == 0:
         unnamed = gloo
     else:
-        theirs = member(keys, gloo)
+        theirs = member(THREAD, gloo)
         with_ops = events.select(
-            *keys, (listed & (pl.col("cat") == "cpu_op") & theirs).alias("_k")
+            *THREAD, (listed & (pl.col("cat") == "cpu_op") & theirs).alias("_k")
         ).filter("_k")
-        unnamed = gloo.join(with_ops.drop("_k").unique(), on=list(keys), how="anti")
-    return pl.concat(
-        [named.select("rank", "pid", "tid"), unnamed.select("rank", "pid", "tid")]
-    ).unique()
+        unnamed = gloo.join(with_ops.drop("_k").unique(), on=list(THREAD), how="anti")
+    return pl.concat([named.select(THREAD), unnamed.select(THREAD)]).unique()
 
 
 def with_runloop(cpu: pl.DataFrame) -> pl.DataFrame:
     """``cpu`` with ``runloop``: the event is on a gloo runloop thread of its rank."""
-    keys = ("rank", "pid", "tid")
     loops = runloop_threads(cpu)
     if loops.height == 0:  # NCCL traces have none: no pass over every CPU event for nothing
         return cpu.with_columns(pl.lit(False).alias("runloop"))
     # a flag, not a left join: the join copied every column of every row (#29)
-    known = pl.all_horizontal(*(pl.col(k).is_not_null() for k in keys))  # as a join matches
-    return cpu.with_columns((known & member(keys, loops)).fill_null(False).alias("runloop"))
+    known = pl.all_horizontal(*(pl.col(k).is_not_null() for k in THREAD))  # as a join matches
+    return cpu.with_columns((known & member(THREAD, loops)).fill_null(False).alias("runloop"))
 
 
 #: up to this many threads, membership is tested key by key (a bit mask per thread); past it,

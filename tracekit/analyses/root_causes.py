@@ -278,13 +278,13 @@ def root_causes(
         untraced = _before_trace(row)
         if untraced > 0:
             vec[(d, BEFORE_TRACE, "state", None)] += untraced
-            w_ns -= untraced
+        traced = w_ns - untraced  # the part of the wait the excess can explain
         # what the excess explains; the rest of the wait is d having begun later
-        explained = min(float(w_ns), total)
-        if w_ns > explained:
-            vec[(d, "late start", "state", None)] += w_ns - explained
+        explained = min(traced, total)
+        if traced > explained:
+            vec[(d, "late start", "state", None)] += traced - explained
         prop = explained * ex["waiting"] / total if total > 0 else 0.0
-        direct = w_ns + untraced - prop
+        direct = w_ns - prop
         if total > 0:
             for s in ("transfer", "other", "idle"):
                 if ex[s] > 0:

@@ -170,9 +170,12 @@ class ContentionMeter:
         self.why = self.why or a.why or b.why
         self.steps.append({"step": k, **delta(a, b)})
 
-    def record(self, warmup: int) -> dict[str, Any]:
-        """contention/rank<R>.json's content: the profiled steps (k >= ``warmup``) and totals."""
-        profiled = [s for s in self.steps if s["step"] >= warmup]
+    def record(self, warmup: int, end: int | None = None) -> dict[str, Any]:
+        """contention/rank<R>.json's content: the profiled steps (``warmup`` <= k, and k <
+        ``end`` when given) and totals."""
+        profiled = [
+            s for s in self.steps if s["step"] >= warmup and (end is None or s["step"] < end)
+        ]
 
         def total(key: str) -> float | None:
             values = [s[key] for s in profiled]

@@ -273,12 +273,11 @@ class Profiler:
         """Mark the end of one training step."""
         if self._prof is None or self.stopped:
             raise RuntimeError("step() outside a started profiler")
-        if self._contention is not None:
-            self._contention.end(self.steps)
+        assert self._contention is not None  # made with the profiler, in start()
+        self._contention.end(self.steps)
         self.steps += 1
         self._prof.step()
-        if self._contention is not None:
-            self._contention.begin()
+        self._contention.begin()
 
     # --- stop -------------------------------------------------------------------------------------
 
@@ -301,9 +300,9 @@ class Profiler:
         if distributed:
             records.dump_flight_recorder(self.run_dir, self.rank)
         self._copy_nccl_log(self.run_dir)
-        if self._contention is not None:
-            traced = step_contention.traced_steps(self.schedule, self.cycles, self.steps)
-            self._contention.write(self.run_dir, self.rank, traced)
+        assert self._contention is not None
+        traced = step_contention.traced_steps(self.schedule, self.cycles, self.steps)
+        self._contention.write(self.run_dir, self.rank, traced)
         mine = {
             "rank": self.rank,
             "trace": runfolder.trace_path(self.run_dir, self.rank).is_file(),

@@ -1,5 +1,5 @@
-"""tracekit.profile's contention record (issue #27 for a user's own job): what the harness's hook
-(instrumented_runs/contention.py) records around each step, here between ``prof.step()`` calls.
+"""tracekit.profile's contention record (issue #27 for a user's own job): what the reference
+runs' contention hook records around each step, here between ``prof.step()`` calls.
 
 Each step (from one ``step()`` to the next; the first from the profiler's start) is sampled from
 /proc (tracekit.capture.contention: CPU wait of the step's thread, of the rank's other threads,
@@ -47,8 +47,7 @@ class StepContention:
 
     def write(self, run: Any, rank: int, traced: range) -> None:
         """contention/rank<R>.json for the steps in ``traced`` (those the trace holds)."""
-        self.meter.steps = [s for s in self.meter.steps if s["step"] in traced]
-        data = self.meter.record(traced.start)
+        data = self.meter.record(traced.start, traced.stop)
         data.update(
             threads=torch.get_num_threads(),
             local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),

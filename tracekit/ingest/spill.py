@@ -77,14 +77,12 @@ class EventsRef:
             if columns is None:
                 return self.frame
             return self.frame.select(_present(columns, self.frame.columns))
-        assert self.path is not None or self.parts
-        source = list(self.parts) if self.parts else self.path
         try:
             if columns is not None:
-                scan = pl.scan_parquet(source)  # type: ignore[arg-type]
+                scan = self.lazy()
                 wanted = _present(columns, scan.collect_schema().names())
                 return scan.select(wanted).collect(engine="streaming")
-            return pl.read_parquet(source)  # type: ignore[arg-type]
+            return pl.read_parquet(self._files())
         except (OSError, pl.exceptions.ComputeError) as exc:
             where = self.path or self.parts[0]
             raise TracekitError(f"cannot read back a rank's events ({exc})", where) from None
@@ -93,8 +91,11 @@ class EventsRef:
         """The frame as a lazy scan (the file is read when the plan runs)."""
         if self.frame is not None:
             return self.frame.lazy()
+        return pl.scan_parquet(self._files())
+
+    def _files(self) -> list[str] | str:
         assert self.path is not None or self.parts
-        return pl.scan_parquet(list(self.parts) if self.parts else self.path)  # type: ignore[arg-type]
+        return list(self.parts) if self.parts else str(self.path)
 
 
 def _present(columns: Sequence[str | pl.Expr], have: Sequence[str]) -> list[str | pl.Expr]:
