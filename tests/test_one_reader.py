@@ -35,7 +35,7 @@ ALLOWED = {
     "command (tracekit run)",
     "tracekit/capture/netns.py::*": "EmulatedNetwork.open(): not a file",
     "tracekit/capture/launch.py::*": "EmulatedNetwork.open(): not a file",
-    "tracekit/capture/profiler.py::*": "flock on the run folder, opened read-only: no read",
+    "tracekit/capture/run_json_update.py::update_run_json": "flock on the run folder, opened read-only: no read",
     "tracekit/report/static.py::*": "SVG files kaleido wrote into our own temporary folder",
     "tracekit/summary/__main__.py::*": "a developer tool reading the schema document",
     "dashboards/plotly_js.py::*": "the vendored plotly.js shipped with tracekit",

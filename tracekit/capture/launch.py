@@ -2,7 +2,7 @@
 
     run_job(RunOptions("dp", nproc=2, steps=3)) -> Path of the run folder
 
-The ranks run as ``python -m torch.distributed.run --standalone --nproc-per-node N
+The ranks run as ``python -m tracekit.capture.torchrun_agent torch.distributed.run --standalone --nproc-per-node N
 --log-dir <run>/logs/torchrun --tee 3 -m <strategy module> --run-dir <run> ...`` in a session of
 their own; their output is copied to ``log`` (stderr) and to ``<run>/logs/launcher.log``, and
 afterwards each rank's stdout, stderr and error file are moved to ``<run>/logs/rank<R>.*``.
@@ -13,12 +13,13 @@ summary for ranks killed by a signal, into run.json ``errors`` with status "fail
 SIGHUP kill them too, with status "interrupted" (a second signal only shortens the grace). Every
 process of the job carries a token in its environment (supervise.JOB_ENV), by which the launcher
 finds and stops exactly its own, even ranks whose torchrun was killed; torchrun dies with the
-launcher and each rank with its torchrun (PR_SET_PDEATHSIG). The launcher writes the final
+launcher and each rank with its torchrun (PR_SET_PDEATHSIG); torchrun outlives a killed launcher by
+at most supervise.KILL_GRACE_S (tracekit.capture.torchrun_agent: it can hang at exit). The launcher writes the final
 status once, after the last process of the job is gone; a rank never turns it into "ok".
 If rank 0 never wrote run.json the launcher writes it; traces that did get written are kept.
 
 ``--emulate-network`` (tracekit.capture.netns): every node's torchrun agent runs inside a network
-namespace of its own, ``ip netns exec tk<pid>n<k> python -m torch.distributed.run --nnodes K
+namespace of its own, ``ip netns exec tk<pid>n<k> python -m tracekit.capture.torchrun_agent torch.distributed.run --nnodes K
 --rdzv-backend c10d --rdzv-endpoint <node 0's address>:29400 --local-addr <node k's address>
 --nproc-per-node N/K ...``, a real multi-node rendezvous, with logs in logs/torchrun/node<k>/.
 If one node's agent fails, the others get ``PEER_GRACE_S`` to notice, then are stopped. The
@@ -49,6 +50,8 @@ from tracekit.capture.supervise import Terminated
 from tracekit.errors import TracekitError
 from tracekit.strategies import registry
 from tracekit.strategies.options import RunOptions, backend_of, problem, rank_args
+
+AGENT = "tracekit.capture.torchrun_agent"  # torchrun's main, bounded after the launcher's death
 
 __all__ = ["RunOptions", "run_job", "validate"]
 
@@ -162,6 +165,7 @@ def _commands(
                 [
                     sys.executable,
                     "-m",
+                    AGENT,
                     "torch.distributed.run",
                     "--standalone",
                     "--nproc-per-node",
@@ -183,6 +187,7 @@ def _commands(
                 [
                     sys.executable,
                     "-m",
+                    AGENT,
                     "torch.distributed.run",
                     *net.torchrun_args(k, run_id),
                     "--nproc-per-node",

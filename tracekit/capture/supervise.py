@@ -89,6 +89,12 @@ def _descendants(root: int) -> list[tuple[int, str | None]]:
     return found
 
 
+def kill_descendants(root: int) -> None:
+    """SIGKILL every live descendant of ``root`` (each checked by its start time)."""
+    for pid, start in _descendants(root):
+        _signal(pid, signal.SIGKILL, start)
+
+
 def _signal(pid: int, sig: int, start: str | None = None) -> None:
     """Signal a process (its whole group when it leads one), if it is still the same process."""
     if start is not None and _proc_start_time(pid) != start:
