@@ -35,17 +35,12 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+Member = tuple[int, str | None]  # (pid, start time): a reused pid is never taken for it
 
 
-def _launch(tmp_path: Path, agent: bool) -> tuple[subprocess.Popen, list[int]]:
-    """A launcher running the hanging module (through the agent or not); the pids of what it
-    started (the module's process and the module's child), once the child is up."""
+def _launch(tmp_path: Path, agent: bool) -> tuple[subprocess.Popen, list[Member]]:
+    """A launcher running the hanging module (through the agent or not); what it started (the
+    module's process and the module's child), once the child is up."""
     (tmp_path / "hangs_at_exit.py").write_text(textwrap.dedent(HANGS_AT_EXIT))
     out = tmp_path / "pids.txt"
     via = ["-m", "tracekit.capture.torchrun_agent"] if agent else ["-m"]
@@ -61,34 +56,35 @@ def _launch(tmp_path: Path, agent: bool) -> tuple[subprocess.Popen, list[int]]:
     while not out.read_text().strip():
         assert time.monotonic() < deadline and launcher.poll() is None, "the module never started"
         time.sleep(0.1)
-    (module_pid,) = [
-        pid for pid, _ in supervise._descendants(launcher.pid) if pid != int(out.read_text())
-    ]
-    return launcher, [module_pid, int(out.read_text())]
+    members = supervise._descendants(launcher.pid)  # the module and its child
+    assert len(members) == 2, members
+    return launcher, members
 
 
-def _gone_after_launcher_killed(launcher: subprocess.Popen, pids: list[int]) -> bool:
+def _gone_after_launcher_killed(launcher: subprocess.Popen, members: list[Member]) -> bool:
     launcher.kill()
     launcher.wait(10)
     deadline = time.monotonic() + supervise.KILL_GRACE_S + MARGIN_S
-    while time.monotonic() < deadline and any(map(_alive, pids)):
+    while time.monotonic() < deadline and any(supervise._alive(*m) for m in members):
         time.sleep(0.1)
-    return not any(map(_alive, pids))
+    return not any(supervise._alive(*m) for m in members)
 
 
 def test_the_agent_outlives_a_killed_launcher_by_a_bounded_time(tmp_path: Path) -> None:
-    launcher, pids = _launch(tmp_path, agent=True)
+    launcher, members = _launch(tmp_path, agent=True)
     try:
-        assert _gone_after_launcher_killed(launcher, pids), "agent or its child still alive"
+        assert _gone_after_launcher_killed(launcher, members), "agent or its child still alive"
     finally:
-        for pid in pids:
-            supervise._signal(pid, signal.SIGKILL)
+        for member in members:
+            supervise._signal(member[0], signal.SIGKILL, member[1])
 
 
 def test_without_the_agent_the_module_hangs(tmp_path: Path) -> None:
-    launcher, pids = _launch(tmp_path, agent=False)
+    launcher, members = _launch(tmp_path, agent=False)
     try:
-        assert not _gone_after_launcher_killed(launcher, pids), "the oracle's hang never happened"
+        assert not _gone_after_launcher_killed(launcher, members), (
+            "the oracle's hang never happened"
+        )
     finally:
-        for pid in pids:
-            supervise._signal(pid, signal.SIGKILL)
+        for member in members:
+            supervise._signal(member[0], signal.SIGKILL, member[1])

@@ -2,10 +2,11 @@
 
     run_job(RunOptions("dp", nproc=2, steps=3)) -> Path of the run folder
 
-The ranks run as ``python -m tracekit.capture.torchrun_agent torch.distributed.run --standalone --nproc-per-node N
---log-dir <run>/logs/torchrun --tee 3 -m <strategy module> --run-dir <run> ...`` in a session of
-their own; their output is copied to ``log`` (stderr) and to ``<run>/logs/launcher.log``, and
-afterwards each rank's stdout, stderr and error file are moved to ``<run>/logs/rank<R>.*``.
+The ranks run as ``python -m tracekit.capture.torchrun_agent torch.distributed.run --standalone
+--nproc-per-node N --log-dir <run>/logs/torchrun --tee 3 -m <strategy module> --run-dir <run>
+...`` in a session of their own; their output is copied to ``log`` (stderr) and to
+``<run>/logs/launcher.log``, and afterwards each rank's stdout, stderr and error file are moved
+to ``<run>/logs/rank<R>.*``.
 A rank that raises leaves torchrun's error file (the strategies' entry points use
 ``torch.distributed.elastic...errors.record``); the launcher turns those, and torchrun's failure
 summary for ranks killed by a signal, into run.json ``errors`` with status "failed". On
@@ -13,15 +14,17 @@ summary for ranks killed by a signal, into run.json ``errors`` with status "fail
 SIGHUP kill them too, with status "interrupted" (a second signal only shortens the grace). Every
 process of the job carries a token in its environment (supervise.JOB_ENV), by which the launcher
 finds and stops exactly its own, even ranks whose torchrun was killed; torchrun dies with the
-launcher and each rank with its torchrun (PR_SET_PDEATHSIG); torchrun outlives a killed launcher by
-at most supervise.KILL_GRACE_S (tracekit.capture.torchrun_agent: it can hang at exit). The launcher writes the final
-status once, after the last process of the job is gone; a rank never turns it into "ok".
+launcher and each rank with its torchrun (PR_SET_PDEATHSIG); torchrun outlives a killed
+launcher by at most supervise.KILL_GRACE_S (``AGENT``: torchrun can hang at exit). The launcher
+writes the final status once, after the last process of the job is gone; a rank never turns it
+into "ok".
 If rank 0 never wrote run.json the launcher writes it; traces that did get written are kept.
 
 ``--emulate-network`` (tracekit.capture.netns): every node's torchrun agent runs inside a network
-namespace of its own, ``ip netns exec tk<pid>n<k> python -m tracekit.capture.torchrun_agent torch.distributed.run --nnodes K
---rdzv-backend c10d --rdzv-endpoint <node 0's address>:29400 --local-addr <node k's address>
---nproc-per-node N/K ...``, a real multi-node rendezvous, with logs in logs/torchrun/node<k>/.
+namespace of its own, ``ip netns exec tk<pid>n<k> python -m tracekit.capture.torchrun_agent
+torch.distributed.run --nnodes K --rdzv-backend c10d --rdzv-endpoint <node 0's address>:29400
+--local-addr <node k's address> --nproc-per-node N/K ...``, a real multi-node rendezvous, with
+logs in logs/torchrun/node<k>/.
 If one node's agent fails, the others get ``PEER_GRACE_S`` to notice, then are stopped. The
 namespaces are removed in a ``finally``; SIGTERM and SIGHUP to the launcher become an exception
 (``Terminated``, like Ctrl-C) so that it runs; leftovers of a launcher killed outright are swept
